@@ -1,0 +1,82 @@
+# glm.serve: one command each for the demo and the tests (see README.md).
+# Both run as root on a fresh Debian 12/13 machine and install what they need themselves.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+CLUSTER := tests/cluster/cluster.sh
+# ansible-test needs the collection at a real path ending in ansible_collections/glm/serve.
+TEST_ROOT ?= /tmp/glm-serve-ansible-test
+TEST_COPY := $(TEST_ROOT)/ansible_collections/glm/serve
+ANSIBLE_PYTHON ?= 3.11
+
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
+        pytest-integration sglang-cli molecule bench build clean test-copy
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.installed .collections/ansible_collections/glm/serve ## Python toolchain in .venv, the tree linked as glm.serve
+
+$(VENV)/.installed: requirements.txt constraints.txt tests/tooling/get_pip_offline.py
+	tests/tooling/setup-toolchain.sh "$(PYTHON)" "$(VENV)"
+	touch $@
+
+.collections/ansible_collections/glm/serve:
+	mkdir -p .collections/ansible_collections/glm
+	ln -sfn ../../.. $@
+
+cluster: ## install (first time) and start the local Slurm cluster
+	$(CLUSTER) install
+	$(CLUSTER) start
+
+cluster-status: ## what runs on the local cluster
+	$(CLUSTER) status
+
+cluster-stop: ## stop the local Slurm cluster
+	$(CLUSTER) stop
+
+demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
+	tests/demo.sh
+
+test: setup cluster lint sanity units pytest molecule ## everything CI runs
+	@echo "make test: all stages passed"
+
+lint: setup ## ansible-lint (production profile) and the changelog linter
+	ansible-lint
+	antsibull-changelog lint
+
+test-copy: setup
+	tests/tooling/copy-collection.sh "$(TEST_COPY)"
+
+sanity: test-copy ## ansible-test sanity at a real ansible_collections/glm/serve path
+	cd $(TEST_COPY) && ansible-test sanity --venv --python $(ANSIBLE_PYTHON) --color no
+
+units: test-copy ## ansible-test units
+	cd $(TEST_COPY) && ansible-test units --venv --python $(ANSIBLE_PYTHON) --color no
+
+sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
+	tests/sglang_cli/setup.sh
+
+pytest: setup cluster sglang-cli ## pytest: stand-ins, and integration on the local cluster
+	pytest -p no:cacheprovider tests/standins tests/integration
+
+molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
+	molecule test --all
+
+bench: setup cluster ## controller load and detection latency of waits (prints figures)
+	python tests/bench/bench_wait.py
+
+build: setup ## the collection tarball (no venv, cache or link inside)
+	ansible-galaxy collection build --force --output-path build .
+
+clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
+	rm -rf $(VENV) .venv-sglang .collections build $(TEST_ROOT)
