@@ -47,7 +47,7 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint sanity units pytest molecule ## everything CI runs
+test: setup cluster lint build sanity units pytest molecule ## everything CI runs
 	@echo "make test: all stages passed"
 
 lint: setup ## ansible-lint (production profile) and the changelog linter
@@ -75,8 +75,10 @@ molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on th
 bench: setup cluster ## controller load and detection latency of waits (prints figures)
 	python tests/bench/bench_wait.py
 
-build: setup ## the collection tarball (no venv, cache or link inside)
+build: setup ## the collection tarball, checked: no venv, cache or link inside
+	rm -rf build
 	ansible-galaxy collection build --force --output-path build .
+	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
 	rm -rf $(VENV) .venv-sglang .collections build $(TEST_ROOT)

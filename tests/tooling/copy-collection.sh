@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Copy the collection's files (tracked and untracked, minus .gitignore'd ones) to a real
 # .../ansible_collections/glm/serve path: ansible-test refuses symlinked collection roots.
 set -euo pipefail

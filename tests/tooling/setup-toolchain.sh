@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Install the project's Python toolchain into a virtual environment (default .venv), pinned by
 # requirements.txt and constraints.txt, and the offline stand-in for ansible-test's pip bootstrap.
 # Idempotent. Run as root on a fresh Debian machine: installs the few Debian packages it needs.
