@@ -1,0 +1,599 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, two slurmd
+# (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each), a Pyxis stand-in SPANK plugin, and a
+# login user reached by real SSH. Run as root. See tests/cluster/README.md.
+#
+#   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env
+set -euo pipefail
+
+GLM_CLUSTER_DIR=${GLM_CLUSTER_DIR:-/var/lib/glm-cluster}
+D=$GLM_CLUSTER_DIR
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOGIN_USER=glmuser
+LOGIN_HOME=/home/$LOGIN_USER
+SSH_PORT=${GLM_CLUSTER_SSH_PORT:-2222}
+CTLD_PORT=${GLM_CLUSTER_CTLD_PORT:-6817}
+NODES=(node1 node2)
+declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12)
+declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)))
+PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3)
+CONF=$D/etc/slurm.conf
+MUNGE_SOCKET=$D/run/munge/munge.socket.2
+SSH_KEY=$D/ssh/id_ed25519
+KNOWN_HOSTS=$D/ssh/known_hosts
+HOSTS_TAG="# glm-cluster"
+START_TIMEOUT=${GLM_CLUSTER_START_TIMEOUT:-30}
+
+export SLURM_CONF=$CONF
+
+log() { printf 'cluster: %s\n' "$*" >&2; }
+die() { printf 'cluster: error: %s\n' "$*" >&2; exit 1; }
+
+need_root() { [ "$(id -u)" -eq 0 ] || die "run as root"; }
+
+# process alive and not a zombie (pid 1 of a container may reap late)
+alive() {
+  local st
+  kill -0 "$1" 2>/dev/null || return 1
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# pid from a pid file if that process is alive, else nothing (rc 1)
+live_pid() {
+  local f=$1 pid
+  [ -s "$f" ] || return 1
+  pid=$(<"$f")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  alive "$pid" || return 1
+  printf '%s\n' "$pid"
+}
+
+# stop_pidfile NAME FILE: SIGTERM, wait up to 15 s, then SIGKILL
+stop_pidfile() {
+  local name=$1 f=$2 pid i
+  if ! pid=$(live_pid "$f"); then
+    rm -f "$f"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 300; i++)); do
+    alive "$pid" || break
+    sleep 0.05
+  done
+  if alive "$pid"; then
+    log "$name ($pid) did not stop in 15 s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.2
+  fi
+  rm -f "$f"
+  log "stopped $name ($pid)"
+}
+
+slurm_version() { squeue --version 2>/dev/null | awk '{print $2}'; }
+
+ssh_login() {
+  ssh -i "$SSH_KEY" -o UserKnownHostsFile="$KNOWN_HOSTS" -o StrictHostKeyChecking=yes \
+    -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -p "$SSH_PORT" \
+    "$LOGIN_USER@127.0.0.1" "$@"
+}
+
+# ---------------------------------------------------------------- install
+
+install_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # keep the packages' init scripts from starting daemons with the default config
+  local policy=/usr/sbin/policy-rc.d made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    made_policy=1
+  fi
+  local rc=0
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } || rc=$?
+  if [ -n "$made_policy" ]; then rm -f "$policy"; fi
+  [ "$rc" -eq 0 ] || die "apt-get failed ($rc)"
+}
+
+make_dirs() {
+  install -d -m 0755 "$D" "$D/etc" "$D/log" "$D/state" "$D/state/ctld" "$D/run" "$D/run/munge" \
+    "$D/lib" "$D/dev" "$D/munge" "$D/ssh" "$D/control" "$D/standins"
+  local n
+  for n in "${NODES[@]}"; do install -d -m 0755 "$D/state/slurmd-$n"; done
+  chmod 0700 "$D/munge"
+}
+
+make_munge_key() {
+  [ -s "$D/munge/munge.key" ] && return 0
+  (umask 077 && dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none)
+  chmod 0400 "$D/munge/munge.key"
+}
+
+make_gpus() {
+  local i
+  for i in 0 1 2 3 4 5 6 7; do
+    [ -c "$D/dev/nvidia$i" ] || { rm -f "$D/dev/nvidia$i"; mknod -m 0666 "$D/dev/nvidia$i" c 1 3; }
+  done
+}
+
+# write FILE from stdin only when the content differs (keeps mtimes stable)
+write_if_changed() {
+  local f=$1 tmp
+  tmp=$(mktemp "$f.XXXXXX")
+  cat >"$tmp"
+  if [ -f "$f" ] && cmp -s "$tmp" "$f"; then
+    rm -f "$tmp"
+  else
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$f"
+  fi
+}
+
+write_slurm_conf() {
+  local n
+  {
+    cat <<EOF
+# Written by tests/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
+ClusterName=glm
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$D/state/ctld
+SlurmdSpoolDir=$D/state/slurmd-%n
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd-%n.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=5
+PriorityType=priority/basic
+SlurmdParameters=config_overrides
+ReturnToService=2
+GresTypes=gpu
+PlugStackConfig=$D/etc/plugstack.conf
+KillWait=5
+MinJobAge=300
+InactiveLimit=0
+MailProg=/bin/true
+EOF
+    for n in "${NODES[@]}"; do
+      echo "NodeName=$n NodeAddr=$n NodeHostname=$n Port=${NODE_PORT[$n]} CPUs=16 RealMemory=262144 Gres=gpu:8 State=UNKNOWN"
+    done
+    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
+  } | write_if_changed "$CONF"
+
+  printf 'NodeName=%s Name=gpu File=%s/dev/nvidia[0-7]\n' "$(IFS=,; echo "${NODES[*]}")" "$D" |
+    write_if_changed "$D/etc/gres.conf"
+  printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control\n' "$D" "$D" "$D" |
+    write_if_changed "$D/etc/plugstack.conf"
+}
+
+# /etc/slurm/slurm.conf -> our config, unless a foreign file is there
+link_etc_conf() {
+  local target=/etc/slurm/slurm.conf
+  install -d -m 0755 /etc/slurm
+  if [ -L "$target" ]; then
+    local cur
+    cur=$(readlink "$target")
+    [ "$cur" = "$CONF" ] && return 0
+    # ours: a link to an earlier cluster dir's config (written by this script, or gone)
+    if [[ $cur == */glm-cluster*/etc/slurm.conf ]] || head -n 1 "$cur" 2>/dev/null | grep -q 'tests/cluster/cluster.sh'; then
+      ln -sfn "$CONF" "$target"
+    else
+      log "warning: $target links to $cur (not ours): left alone; use SLURM_CONF=$CONF"
+    fi
+  elif [ -e "$target" ]; then
+    log "warning: $target exists (not ours): left alone; use SLURM_CONF=$CONF"
+  else
+    ln -s "$CONF" "$target"
+  fi
+}
+
+build_plugin() {
+  local src=$HERE/spank/pyxis_standin.c so=$D/lib/pyxis_standin.so tmp
+  [ -f "$src" ] || die "missing $src"
+  if [ -f "$so" ] && [ "$so" -nt "$src" ]; then return 0; fi
+  log "building $so"
+  tmp=$(mktemp "$D/lib/.pyxis_standin.XXXXXX")
+  if ! gcc -shared -fPIC -O2 -Wall -Wextra -Wno-format-truncation -o "$tmp" "$src"; then
+    rm -f "$tmp"
+    die "could not build the SPANK plugin"
+  fi
+  chmod 0755 "$tmp"
+  mv -f "$tmp" "$so"
+}
+
+setup_hosts() {
+  local n
+  for n in "${NODES[@]}"; do
+    if ! grep -Eq "^[[:space:]]*${NODE_IP[$n]//./\\.}[[:space:]]+([^#]*[[:space:]])?$n([[:space:]]|$)" /etc/hosts; then
+      if grep -Eq "^[^#]*[[:space:]]$n([[:space:]]|$)" /etc/hosts; then
+        log "warning: /etc/hosts already names $n with another address; not adding ${NODE_IP[$n]}"
+      else
+        printf '%s %s %s\n' "${NODE_IP[$n]}" "$n" "$HOSTS_TAG" >>/etc/hosts
+      fi
+    fi
+    [ "$(getent hosts "$n" | awk '{print $1; exit}')" = "${NODE_IP[$n]}" ] ||
+      log "warning: $n resolves to '$(getent hosts "$n" | awk '{print $1; exit}')', not ${NODE_IP[$n]}"
+  done
+}
+
+setup_user() {
+  if ! id "$LOGIN_USER" >/dev/null 2>&1; then
+    useradd -m -d "$LOGIN_HOME" -s /bin/bash "$LOGIN_USER"
+  fi
+  # sshd without PAM refuses accounts whose password field starts with "!" (locked)
+  if getent shadow "$LOGIN_USER" | cut -d: -f2 | grep -q '^!'; then
+    usermod -p '*' "$LOGIN_USER"
+  fi
+}
+
+setup_ssh() {
+  install -d -m 0755 "$D/ssh"
+  [ -s "$D/ssh/ssh_host_ed25519_key" ] ||
+    ssh-keygen -q -t ed25519 -N '' -C glm-cluster-host -f "$D/ssh/ssh_host_ed25519_key"
+  [ -s "$SSH_KEY" ] || ssh-keygen -q -t ed25519 -N '' -C glm-cluster-operator -f "$SSH_KEY"
+  chmod 0600 "$SSH_KEY" "$D/ssh/ssh_host_ed25519_key"
+  chown root:root "$SSH_KEY"
+  {
+    printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    printf '[localhost]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+  } | write_if_changed "$KNOWN_HOSTS"
+
+  local sftp=/usr/lib/openssh/sftp-server
+  [ -x "$sftp" ] || sftp=internal-sftp
+  write_if_changed "$D/ssh/sshd_config" <<EOF
+# Written by tests/cluster/cluster.sh: the glm test cluster's login node.
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $D/ssh/ssh_host_ed25519_key
+PidFile $D/run/sshd.pid
+AuthorizedKeysFile .ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers $LOGIN_USER
+UsePAM no
+X11Forwarding no
+PrintMotd no
+PrintLastLog no
+Subsystem sftp $sftp
+EOF
+  write_if_changed "$D/ssh/ssh_config" <<EOF
+# ssh -F $D/ssh/ssh_config glm-login
+Host glm-login
+  HostName 127.0.0.1
+  Port $SSH_PORT
+  User $LOGIN_USER
+  IdentityFile $SSH_KEY
+  IdentitiesOnly yes
+  UserKnownHostsFile $KNOWN_HOSTS
+  StrictHostKeyChecking yes
+  BatchMode yes
+EOF
+
+  local ak=$LOGIN_HOME/.ssh/authorized_keys pub
+  pub=$(cat "$SSH_KEY.pub")
+  install -d -m 0700 -o "$LOGIN_USER" -g "$LOGIN_USER" "$LOGIN_HOME/.ssh"
+  touch "$ak"
+  grep -qxF "$pub" "$ak" || printf '%s\n' "$pub" >>"$ak"
+  chown "$LOGIN_USER:$LOGIN_USER" "$ak"
+  chmod 0600 "$ak"
+}
+
+cmd_install() {
+  need_root
+  install_packages
+  make_dirs
+  make_munge_key
+  make_gpus
+  write_slurm_conf
+  link_etc_conf
+  build_plugin
+  setup_hosts
+  setup_user
+  setup_ssh
+  log "installed (Slurm $(slurm_version)) in $D"
+}
+
+installed() {
+  [ -f "$CONF" ] && [ -f "$D/lib/pyxis_standin.so" ] && [ -s "$SSH_KEY" ] && id "$LOGIN_USER" >/dev/null 2>&1 &&
+    command -v slurmctld >/dev/null && command -v munged >/dev/null
+}
+
+# ---------------------------------------------------------------- start / stop
+
+copy_standins() {
+  local src=$HERE/standins new=$D/standins.new old=$D/standins.old
+  install -d -m 0755 "$D/control"
+  if [ ! -d "$src" ]; then
+    log "no $src: keeping $D/standins as it is"
+    install -d -m 0755 "$D/standins"
+    return 0
+  fi
+  rm -rf "$new" "$old"
+  cp -R "$src" "$new"
+  find "$new" -name __pycache__ -type d -prune -exec rm -rf {} +
+  chown -R root:root "$new"
+  chmod -R u+rwX,go+rX,go-w "$new"
+  if [ -d "$D/standins" ]; then mv "$D/standins" "$old"; fi
+  mv "$new" "$D/standins"
+  rm -rf "$old"
+}
+
+start_munged() {
+  if live_pid "$D/run/munged.pid" >/dev/null; then return 0; fi
+  install -d -m 0755 "$D/run/munge"
+  munged --force --socket="$MUNGE_SOCKET" --key-file="$D/munge/munge.key" \
+    --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed" --log-file="$D/log/munged.log"
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [ -S "$MUNGE_SOCKET" ] && return 0
+    sleep 0.1
+  done
+  die "munged did not create $MUNGE_SOCKET (see $D/log/munged.log)"
+}
+
+CTLD_STARTED_MS=
+
+now_ms() { date +%s%3N; }
+
+start_slurmctld() {
+  if live_pid "$D/run/slurmctld.pid" >/dev/null; then return 0; fi
+  rm -f "$D/run/slurmctld.pid"
+  CTLD_STARTED_MS=$(now_ms)
+  slurmctld -f "$CONF" || die "slurmctld failed to start (see $D/log/slurmctld.log)"
+}
+
+start_slurmd() {
+  local n=$1
+  if live_pid "$D/run/slurmd-$n.pid" >/dev/null; then return 0; fi
+  install -d -m 0755 "$D/state/slurmd-$n"
+  slurmd -f "$CONF" -N "$n" || die "slurmd $n failed to start (see $D/log/slurmd-$n.log)"
+}
+
+start_sshd() {
+  if live_pid "$D/run/sshd.pid" >/dev/null; then return 0; fi
+  install -d -m 0755 /run/sshd
+  /usr/sbin/sshd -f "$D/ssh/sshd_config" -E "$D/log/sshd.log" || die "sshd failed to start (see $D/log/sshd.log)"
+}
+
+# every node registered with this slurmctld (SlurmdStartTime set) and is usable: IDLE, MIXED,
+# ALLOCATED or COMPLETING, without DRAIN/NOT_RESPONDING/... flags. sinfo alone is not enough:
+# after a controller restart it shows the saved state before the nodes answer (about 4 s).
+nodes_ready() {
+  local out n line state
+  out=$(scontrol -o show node 2>/dev/null) || return 1
+  for n in "${NODES[@]}"; do
+    line=$(grep -E "^NodeName=$n " <<<"$out") || return 1
+    [[ $line =~ SlurmdStartTime=None ]] && return 1
+    state=$(grep -oE ' State=[^ ]+' <<<"$line") || return 1
+    state=${state# State=}
+    case $state in
+      IDLE | MIXED | ALLOCATED | COMPLETING | IDLE+COMPLETING | MIXED+COMPLETING | ALLOCATED+COMPLETING) ;;
+      *) return 1 ;;
+    esac
+  done
+}
+
+wait_ready() {
+  local deadline=$((SECONDS + START_TIMEOUT))
+  until nodes_ready; do
+    if ((SECONDS >= deadline)); then
+      sinfo -N 2>&1 | sed 's/^/  /' >&2 || true
+      die "nodes not ready after ${START_TIMEOUT} s (see $D/log/)"
+    fi
+    sleep 0.2
+  done
+  # slurmctld's first scheduling pass comes about 3 s after it starts: a job submitted
+  # before waits for it. Let start return once jobs start at once.
+  if [ -n "$CTLD_STARTED_MS" ]; then
+    local left=$((CTLD_STARTED_MS + 3200 - $(now_ms)))
+    if ((left > 0)); then sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"; fi
+  fi
+}
+
+all_running() {
+  local n
+  live_pid "$D/run/munged.pid" >/dev/null || return 1
+  live_pid "$D/run/slurmctld.pid" >/dev/null || return 1
+  for n in "${NODES[@]}"; do live_pid "$D/run/slurmd-$n.pid" >/dev/null || return 1; done
+  live_pid "$D/run/sshd.pid" >/dev/null || return 1
+}
+
+cmd_start() {
+  need_root
+  installed || die "not installed: run '$0 install' first"
+  local t0=$SECONDS n
+  copy_standins
+  build_plugin # slurmstepd loads it for every step: a rebuilt plugin takes effect at once
+  if all_running && nodes_ready; then
+    log "already up"
+    return 0
+  fi
+  write_slurm_conf
+  make_gpus
+  start_munged
+  start_slurmctld
+  for n in "${NODES[@]}"; do start_slurmd "$n"; done
+  start_sshd
+  wait_ready
+  log "up in $((SECONDS - t0)) s"
+  sinfo
+}
+
+cancel_all_jobs() {
+  local ids i
+  ids=$(squeue -h -o %i 2>/dev/null) || return 0
+  [ -n "$ids" ] || return 0
+  log "cancelling jobs: $(echo "$ids" | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  scancel $ids 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    [ -z "$(squeue -h -o %i 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  log "warning: jobs still listed after 20 s"
+}
+
+cmd_stop() {
+  need_root
+  local n
+  if live_pid "$D/run/slurmctld.pid" >/dev/null; then cancel_all_jobs; fi
+  for n in "${NODES[@]}"; do stop_pidfile "slurmd $n" "$D/run/slurmd-$n.pid"; done
+  stop_pidfile slurmctld "$D/run/slurmctld.pid"
+  stop_pidfile sshd "$D/run/sshd.pid"
+  stop_pidfile munged "$D/run/munged.pid"
+}
+
+# restart-controller [SECONDS]: slurmctld stays down SECONDS (default 0) before it starts again
+cmd_restart_controller() {
+  need_root
+  local down=${1:-0}
+  [[ $down =~ ^[0-9]+([.][0-9]+)?$ ]] || die "restart-controller: SECONDS must be a number"
+  stop_pidfile slurmctld "$D/run/slurmctld.pid"
+  sleep "$down"
+  start_munged
+  start_slurmctld
+  wait_ready
+  log "slurmctld restarted"
+}
+
+cmd_status() {
+  local ok=0 n name f pid
+  for name in munged slurmctld "${NODES[@]}" sshd; do
+    case $name in
+      node*) f=$D/run/slurmd-$name.pid ;;
+      *) f=$D/run/$name.pid ;;
+    esac
+    if pid=$(live_pid "$f"); then
+      printf '%-10s running  pid %s\n' "${name/#node/slurmd-node}" "$pid"
+    else
+      printf '%-10s stopped\n' "${name/#node/slurmd-node}"
+      ok=1
+    fi
+  done
+  if live_pid "$D/run/slurmctld.pid" >/dev/null; then
+    sinfo || ok=1
+    nodes_ready || ok=1
+  fi
+  return "$ok"
+}
+
+cmd_env() {
+  cat <<EOF
+export GLM_CLUSTER_DIR=$D
+export SLURM_CONF=$CONF
+export GLM_CLUSTER_USER=$LOGIN_USER
+export GLM_CLUSTER_SSH_HOST=127.0.0.1
+export GLM_CLUSTER_SSH_PORT=$SSH_PORT
+export GLM_CLUSTER_SSH_KEY=$SSH_KEY
+export GLM_CLUSTER_KNOWN_HOSTS=$KNOWN_HOSTS
+export GLM_CLUSTER_SSH_CONFIG=$D/ssh/ssh_config
+export GLM_STANDIN_CONTROL=$D/control
+# ssh -F \$GLM_CLUSTER_SSH_CONFIG glm-login
+EOF
+}
+
+# ---------------------------------------------------------------- smoke
+
+# the remote commands are single-quoted on purpose: they expand on the login side
+# shellcheck disable=SC2016
+cmd_smoke() {
+  need_root
+  all_running || die "cluster not running: '$0 start'"
+  local rc=0 out id state i
+  echo "== ssh: squeue as $LOGIN_USER, no SLURM_CONF"
+  ssh_login 'echo "PATH=$PATH SLURM_CONF=${SLURM_CONF-unset} python3=$(command -v python3)"; squeue' || rc=1
+
+  echo "== srun --container-image=docker://x --container-save=\$HOME/a.sqsh true"
+  if ssh_login 'rm -f ~/a.sqsh && srun --container-image=docker://x --container-save=$HOME/a.sqsh true && ls -l ~/a.sqsh && cat ~/a.sqsh'; then
+    echo "ok"
+  else
+    echo "FAILED"
+    rc=1
+  fi
+
+  echo "== srun --container-image=\$HOME/missing.sqsh true (must fail)"
+  if ssh_login 'srun --container-image=$HOME/missing.sqsh true'; then
+    echo "FAILED: a missing squashfs was accepted"
+    rc=1
+  else
+    echo "ok (failed as expected)"
+  fi
+
+  echo "== container PATH: stand-ins only inside container steps"
+  # shellcheck disable=SC2016
+  out=$(ssh_login 'srun --container-image=$HOME/a.sqsh bash -c "echo \$PATH"; srun bash -c "echo \$PATH"') || rc=1
+  echo "$out"
+  if [ "$(grep -c "$D/standins/bin" <<<"$out")" != 1 ]; then
+    echo "FAILED: stand-in folder should be on PATH of the container step only"
+    rc=1
+  fi
+  if [ -x "$D/standins/bin/hf" ]; then
+    echo "== srun --container-image=\$HOME/a.sqsh hf --help (hf not on the login PATH)"
+    if ssh_login '! command -v hf >/dev/null && srun --container-image=$HOME/a.sqsh hf --help | head -n 3'; then
+      echo ok
+    else
+      echo FAILED
+      rc=1
+    fi
+  fi
+
+  echo "== sbatch --gres=gpu:8 --exclusive --mem=0 --wrap 'echo \$CUDA_VISIBLE_DEVICES'"
+  id=$(ssh_login "mkdir -p ~/.glm-smoke && cd ~/.glm-smoke && sbatch --parsable --job-name=glm-smoke --output=smoke-%j.out --gres=gpu:8 --exclusive --mem=0 --wrap 'echo \$CUDA_VISIBLE_DEVICES'") || rc=1
+  id=${id%%;*}
+  state=
+  for ((i = 0; i < 150; i++)); do
+    state=$(squeue -h -t all -j "$id" -o %T 2>/dev/null || true)
+    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+    sleep 0.2
+  done
+  out=$(ssh_login "cat ~/.glm-smoke/smoke-$id.out" 2>/dev/null || true)
+  echo "job $id $state: CUDA_VISIBLE_DEVICES=$out"
+  if [ "$state" = COMPLETED ] && [ "$out" = "0,1,2,3,4,5,6,7" ]; then echo ok; else
+    echo FAILED
+    rc=1
+  fi
+  if [ "$rc" -eq 0 ]; then echo "SMOKE OK"; else echo "SMOKE FAILED"; fi
+  return "$rc"
+}
+
+usage() {
+  echo "usage: $0 install|start|stop|status|restart-controller [SECONDS]|smoke|env" >&2
+  exit 2
+}
+
+case ${1-} in
+  install) cmd_install ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  restart-controller) cmd_restart_controller "${2-}" ;;
+  smoke) cmd_smoke ;;
+  env) cmd_env ;;
+  *) usage ;;
+esac
