@@ -18,9 +18,12 @@ PYTHON=${PYTHON:-python3}
 SGLANG_VERSION=0.5.21
 TORCH_VERSION=2.13.0
 
-# The smallest set found to make the parser import work (sglang imports them at module level on the way to
-# server_args; the rest of sglang's dependencies are only needed to serve).
+# The smallest set found to make the parser import work: each one was checked by hiding it (sys.modules[name] =
+# None) and seeing the import of sglang.srt.server_args fail. The rest of sglang's dependencies only serve.
 SMALL_DEPS=(
+  triton
+  starlette
+  ipython
   numpy
   orjson
   psutil
@@ -58,6 +61,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # torch's own import needs these (they are small and pure Python).
 "${PIP[@]}" install typing_extensions sympy networkx jinja2 filelock fsspec
 "${PIP[@]}" install "${SMALL_DEPS[@]}"
+# pip warns that sglang's other (serving) requirements are missing: expected, they are left out on purpose.
 
 if check; then
   echo "sglang $SGLANG_VERSION parser installed in $VENV"

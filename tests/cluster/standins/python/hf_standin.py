@@ -1,0 +1,274 @@
+"""Stand-in for the Hugging Face CLI (`hf`, huggingface_hub 1.x) inside the SGLang container.
+
+STANDS FOR: `hf download REPO --local-dir DIR` as the seed guide's download job runs it.
+WHAT IT DOES: writes a small, deterministic checkpoint for REPO into DIR, the way the real CLI lays out a
+--local-dir download: every file is first written to DIR/.cache/huggingface/download/NAME.incomplete and
+moved into place when complete, with a NAME.metadata file beside it; complete files are skipped on a rerun;
+an interrupted file stays .incomplete and a rerun resumes it from where it stopped. The files are
+config.json, generation_config.json, tokenizer.json, tokenizer_config.json, model.safetensors.index.json
+(whose weight_map names every shard) and the shards model-0000K-of-0000N.safetensors.
+WHAT IT DOES NOT DO: no network, no Hub cache (--local-dir is required), no authentication, no parallel
+downloads (--max-workers is accepted and ignored: files are fetched one after the other, in name order as
+the Hub lists them), no real safetensors content (the shard bytes are deterministic filler).
+
+Usage: hf download REPO [FILENAMES ...] --local-dir DIR [--revision R] [--max-workers N]
+           [--include P ...] [--exclude P ...] [--repo-type model] [--token T] [--cache-dir D]
+           [--force-download] [--quiet]
+Unknown flags: usage error, exit 2 (like argparse).
+
+SWITCHES: each is read from the environment variable, else from a file of that name in the control
+directory ${GLM_STANDIN_CONTROL:-/var/lib/glm-cluster/control} (the file's content is the value):
+  file hf-delay          env GLM_STANDIN_HF_DELAY          seconds spent on each fetched file (default 0);
+                                                          makes a job slow enough to hit its --time limit.
+  file hf-fail-after     env GLM_STANDIN_HF_FAIL_AFTER     after N files fetched in this run, fail in the middle
+                                                          of the next one with an HTTP 503 error, exit 1.
+  file hf-nospace-after  env GLM_STANDIN_HF_NOSPACE_AFTER  after N files fetched in this run, fail in the middle
+                                                          of the next one with OSError: [Errno 28] No space
+                                                          left on device, exit 1.
+  file hf-shards         env GLM_STANDIN_HF_SHARDS         number of shards (default 8).
+  file hf-shard-kib      env GLM_STANDIN_HF_SHARD_KIB      size of each shard in KiB (default 256).
+COUNTING: each file actually fetched (not skipped) appends one line `fetched NAME` to
+DIR/.cache/huggingface/standin-fetch.log, so a test can prove that a rerun did not fetch complete shards again.
+"""
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import os
+import sys
+import time
+
+CONTROL_DIR_DEFAULT = "/var/lib/glm-cluster/control"
+CHUNKS_PER_FILE = 16
+
+
+def switch(name, default=None):
+    """Value of a switch: env GLM_STANDIN_<NAME> first, then the control file NAME, else default."""
+    env_name = "GLM_STANDIN_" + name.upper().replace("-", "_")
+    value = os.environ.get(env_name)
+    if value is None:
+        path = os.path.join(os.environ.get("GLM_STANDIN_CONTROL") or CONTROL_DIR_DEFAULT, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                value = handle.read().strip()
+        except OSError:
+            value = None
+    if value is None or value == "":
+        return default
+    return value
+
+
+def number(name, default, kind=float):
+    value = switch(name)
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        sys.stderr.write("hf stand-in: ignoring switch %s=%r (not a number)\n" % (name, value))
+        return default
+
+
+def commit_hash(repo, revision):
+    return hashlib.sha1(("%s@%s" % (repo, revision)).encode()).hexdigest()
+
+
+def shard_names(shards):
+    return ["model-%05d-of-%05d.safetensors" % (i, shards) for i in range(1, shards + 1)]
+
+
+def checkpoint_files(repo, shards, shard_bytes):
+    """Name -> (size, bytes generator) of the stand-in checkpoint, in the Hub's (sorted) listing order."""
+    names = shard_names(shards)
+    weight_map = {}
+    layers = 4 * shards
+    for layer in range(layers):
+        shard = names[layer * shards // layers]
+        for part in ("self_attn.q_proj", "self_attn.kv_proj", "self_attn.o_proj", "mlp.experts"):
+            weight_map["model.layers.%d.%s.weight" % (layer, part)] = shard
+    weight_map["model.embed_tokens.weight"] = names[0]
+    weight_map["lm_head.weight"] = names[-1]
+    small = {
+        "config.json": {
+            "architectures": ["GlmMoeDsaForCausalLM"],
+            "model_type": "glm_moe_dsa",
+            "_name_or_path": repo,
+            "hidden_size": 6144,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 64,
+            "n_routed_experts": 288,
+            "num_experts_per_tok": 8,
+            "max_position_embeddings": 202752,
+            "vocab_size": 154880,
+            "torch_dtype": "bfloat16",
+            "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+            "standin": "glm.serve tests: not real weights",
+        },
+        "generation_config.json": {"_from_model_config": True, "eos_token_id": [154820, 154827, 154829],
+                                   "pad_token_id": 154820, "temperature": 1.0, "top_p": 0.95},
+        "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 202752,
+                                  "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+        "tokenizer.json": {"version": "1.0", "model": {"type": "BPE", "vocab": {"<|endoftext|>": 154820}, "merges": []},
+                           "added_tokens": [{"id": 154820, "content": "<|endoftext|>", "special": True}]},
+        "model.safetensors.index.json": {"metadata": {"total_size": shards * shard_bytes}, "weight_map": weight_map},
+    }
+    files = {}
+    for name, content in small.items():
+        data = (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
+        files[name] = (len(data), data)
+    for name in names:
+        files[name] = (shard_bytes, None)
+    return dict(sorted(files.items()))
+
+
+def shard_bytes_at(repo, name, offset, length):
+    """Deterministic filler: the SHA-256 stream of (repo, name, block number), sliced at [offset, offset+length)."""
+    out = bytearray()
+    block = offset // 32
+    skip = offset % 32
+    while len(out) < length + skip:
+        out += hashlib.sha256(("%s/%s/%d" % (repo, name, block)).encode()).digest()
+        block += 1
+    return bytes(out[skip:skip + length])
+
+
+class StandinFailure(Exception):
+    """A simulated failure: message printed, exit 1."""
+
+
+def fetch(args, name, size, data, state):
+    """Fetch one file to DIR/.cache/huggingface/download/NAME.incomplete, then move it into place."""
+    local_dir = args.local_dir
+    dl_dir = os.path.join(local_dir, ".cache", "huggingface", "download")
+    target = os.path.join(local_dir, name)
+    incomplete = os.path.join(dl_dir, name + ".incomplete")
+    os.makedirs(os.path.dirname(incomplete), exist_ok=True)
+    if not args.quiet:
+        print("Downloading '%s' to '%s'" % (name, incomplete), flush=True)
+    done = os.path.getsize(incomplete) if os.path.exists(incomplete) else 0
+    if done > size:
+        done = 0
+    if done and not args.quiet:
+        print("Resuming download of '%s' from %d bytes" % (name, done), flush=True)
+    fail_after = state["fail_after"]
+    nospace_after = state["nospace_after"]
+    failing = None
+    if fail_after is not None and state["fetched"] >= fail_after:
+        failing = "http"
+    elif nospace_after is not None and state["fetched"] >= nospace_after:
+        failing = "nospace"
+    chunk = max(1, -(-size // CHUNKS_PER_FILE))
+    pause = state["delay"] / CHUNKS_PER_FILE
+    with open(incomplete, "r+b" if done else "wb") as handle:
+        handle.seek(done)
+        while done < size:
+            if failing and done >= size // 2:
+                handle.flush()
+                if failing == "http":
+                    raise StandinFailure(
+                        "huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url: "
+                        "https://huggingface.co/%s/resolve/%s/%s (Request ID: Root=1-standin)"
+                        % (args.repo_id, state["commit"], name))
+                raise StandinFailure("OSError: [Errno 28] No space left on device")
+            step = min(chunk, size - done)
+            handle.write(data[done:done + step] if data is not None else shard_bytes_at(args.repo_id, name, done, step))
+            done += step
+            if pause:
+                handle.flush()
+                time.sleep(pause)
+    meta_path = os.path.join(dl_dir, name + ".metadata")
+    with open(meta_path, "w", encoding="utf-8") as meta:
+        meta.write("%s\n%s\n%f\n" % (state["commit"], hashlib.sha1(name.encode()).hexdigest(), time.time()))
+    os.replace(incomplete, target)
+    with open(os.path.join(local_dir, ".cache", "huggingface", "standin-fetch.log"), "a", encoding="utf-8") as log:
+        log.write("fetched %s\n" % name)
+    state["fetched"] += 1
+
+
+def is_complete(local_dir, name, size):
+    target = os.path.join(local_dir, name)
+    meta = os.path.join(local_dir, ".cache", "huggingface", "download", name + ".metadata")
+    return os.path.isfile(target) and os.path.getsize(target) == size and os.path.isfile(meta)
+
+
+def selected(name, args):
+    if args.filenames and name not in args.filenames:
+        return False
+    if args.include and not any(fnmatch.fnmatch(name, pattern) for pattern in args.include):
+        return False
+    if args.exclude and any(fnmatch.fnmatch(name, pattern) for pattern in args.exclude):
+        return False
+    return True
+
+
+def download(args):
+    if not args.local_dir:
+        sys.stderr.write("hf stand-in: only --local-dir downloads are simulated; give --local-dir DIR\n")
+        return 2
+    args.local_dir = os.path.abspath(args.local_dir)
+    shards = number("hf-shards", 8, int)
+    shard_bytes = number("hf-shard-kib", 256, int) * 1024
+    state = {
+        "delay": number("hf-delay", 0.0),
+        "fail_after": number("hf-fail-after", None, int),
+        "nospace_after": number("hf-nospace-after", None, int),
+        "commit": commit_hash(args.repo_id, args.revision or "main"),
+        "fetched": 0,
+    }
+    files = {name: spec for name, spec in checkpoint_files(args.repo_id, shards, shard_bytes).items() if selected(name, args)}
+    cache = os.path.join(args.local_dir, ".cache", "huggingface")
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, ".gitignore"), "w", encoding="utf-8") as handle:
+        handle.write("*\n")
+    if not args.quiet:
+        print("Fetching %d files for %s (revision %s) into %s" % (len(files), args.repo_id, args.revision or "main", args.local_dir),
+              flush=True)
+    total = len(files)
+    try:
+        for index, (name, (size, data)) in enumerate(files.items(), 1):
+            if not args.force_download and is_complete(args.local_dir, name, size):
+                if not args.quiet:
+                    print("Skipping '%s': already downloaded in %s" % (name, args.local_dir), flush=True)
+            else:
+                fetch(args, name, size, data, state)
+            if not args.quiet:
+                print("Fetching %d files: %3d%% %d/%d" % (total, index * 100 // total, index, total), flush=True)
+    except StandinFailure as failure:
+        sys.stdout.flush()
+        sys.stderr.write("%s\n" % failure)
+        return 1
+    print(args.local_dir, flush=True)
+    return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the real CLI's program name."""
+
+
+def main(argv=None):
+    parser = Parser(prog="hf", description="Hugging Face Hub CLI (glm.serve test stand-in)")
+    commands = parser.add_subparsers(dest="command", metavar="{download}")
+    dl = commands.add_parser("download", help="Download files from the Hub")
+    dl.add_argument("repo_id")
+    dl.add_argument("filenames", nargs="*")
+    dl.add_argument("--local-dir")
+    dl.add_argument("--revision")
+    dl.add_argument("--max-workers", type=int, default=8)
+    dl.add_argument("--include", nargs="+", action="extend")
+    dl.add_argument("--exclude", nargs="+", action="extend")
+    dl.add_argument("--repo-type", choices=["model", "dataset", "space"], default="model")
+    dl.add_argument("--token")
+    dl.add_argument("--cache-dir")
+    dl.add_argument("--force-download", action="store_true")
+    dl.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command != "download":
+        parser.print_usage(sys.stderr)
+        sys.stderr.write("hf: error: the stand-in only implements `hf download`\n")
+        return 2
+    return download(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,589 @@
+"""Stand-in for `python3 -m sglang.launch_server` (SGLang 0.5.21) on an 8-GPU H100 node.
+
+STANDS FOR: the SGLang server the seed guide's serve job starts in the container.
+WHAT IT DOES:
+- parses the command line with the REAL parser's table (standin_args.py): unknown flags and bad choices
+  exit 2 with `sglang serve: error: ...`; --config FILE.yaml is merged like the real one (CLI wins);
+- logs like the real one, on stdout, one flushed line at a time:
+  `server_args={'model_path': ..., 'api_key': 'THE KEY IN CLEAR', ...}` (0.5.21 logs the resolved dict),
+  weight loading, `max_total_num_tokens=N, chunked_prefill_size=N, max_prefill_tokens=N, max_running_requests=N,
+  context_len=N, available_gpu_mem=X GB`, uvicorn's lines and `The server is fired up and ready to roll!`;
+- fails at start the way the real one does: model dir without config.json (OSError), a shard of the index's
+  weight_map missing (FileNotFoundError), no visible GPU, tp-size * pp-size above the visible GPUs
+  (CUDA_VISIBLE_DEVICES) or not dividing the 64 attention heads, ep-size not dividing tp-size,
+  --context-length above the model's 202752, weights that do not fit (328 GB over tp-size H100s of 79.19 GiB:
+  tp-size below 8 runs out of memory), --mem-fraction-static too low for a KV cache or too high for CUDA graphs,
+  an FP8/FP4 --kv-cache-dtype (this model has no FP8 KV cache kernel on Hopper), port already in use;
+- serves HTTP with the real routes' behaviour (stdlib ThreadingHTTPServer): /health, /health_generate, /ready
+  (503 while warming up, 200 when ready), /metrics (only with --enable-metrics, like the real one; else 404),
+  /v1/models, /model_info, /get_model_info, /v1/chat/completions (also "stream": true), /generate. With an API key
+  every path except those starting /health, /ready, /metrics needs `Authorization: Bearer KEY`, else 401
+  {"error":"Unauthorized"} (orjson's compact form, as the real one sends it);
+- stops cleanly on SIGTERM/SIGINT (scancel): uvicorn's shutdown lines, exit 0. A SIGTERM while the model is
+  still loading ends the process at once with status 143, as the real one (no handler installed yet) does.
+READINESS (read from sglang/srt/entrypoints/http_server.py): the real server loads the model in its scheduler
+processes BEFORE uvicorn starts, so the port refuses connections for the whole load (minutes for 328 GB);
+then uvicorn listens, a warm-up thread sends /model_info and a 1-token /generate, and only then do /health and
+/ready turn from 503 to 200 and the log says "fired up". /v1/models already answers 200 (with the key) during that
+warm-up. The stand-in keeps both phases: sglang-load seconds with the port closed, then sglang-warmup seconds
+listening with /health 503.
+STAND-IN ACCOMMODATION: all cluster nodes share one machine, so with --host 0.0.0.0 and SLURMD_NODENAME set and
+resolvable (socket.gethostbyname, e.g. node1 -> 127.0.0.11 in /etc/hosts) it binds that node's address instead
+(and logs it), so two nodes can both listen on port 30000.
+WHAT IT DOES NOT DO: run a model (answers are canned: the strawberry question gets "3"), tokenize (token counts are
+word counts), tool calls, images, multi-node, LoRA, or any of the real resolution pipeline beyond the checks above.
+
+SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_CONTROL:-/var/lib/glm-cluster/control}
+(the file's content is the value):
+  file sglang-load     env GLM_STANDIN_SGLANG_LOAD     seconds of model loading, port closed (default 1)
+  file sglang-warmup   env GLM_STANDIN_SGLANG_WARMUP   seconds of warm-up, listening, /health 503 (default 2)
+  file sglang-fail     env GLM_STANDIN_SGLANG_FAIL     `oom`: CUDA out of memory at start, exit 1;
+                                                       `fp8`: the FP8 KV cache error, exit 1
+  file sglang-gpus     env GLM_STANDIN_SGLANG_GPUS     number of visible GPUs; default: the count in
+                                                       CUDA_VISIBLE_DEVICES, else 0 inside a Slurm job (no
+                                                       --gres=gpu) and 8 outside one
+"""
+
+import datetime
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang.standin_args import prepare_server_args
+
+CONTROL_DIR_DEFAULT = "/var/lib/glm-cluster/control"
+GPU_TOTAL_GIB = 79.19          # what torch reports for an 80 GB H100
+WEIGHTS_GB = 328.0             # GLM-5.3-Flash in FP8
+ATTENTION_HEADS = 64
+MODEL_CONTEXT_LEN = 202752
+KV_TOKENS_PER_GB = 52000       # BF16 MLA/DSA cache of this model, per GPU (made up, plausible)
+ARCHITECTURE = "GlmMoeDsaForCausalLM"
+FP8_KV_DTYPES = ("fp8_e5m2", "fp8_e4m3", "mxfp8")
+FP4_KV_DTYPES = ("nvfp4", "fp4_mx_block16")
+SRC = "/sgl-workspace/sglang/python/sglang/srt"
+
+_PRINT_LOCK = threading.Lock()
+
+
+def switch(name, default=None):
+    """Value of a switch: env GLM_STANDIN_<NAME> first, then the control file NAME, else default."""
+    value = os.environ.get("GLM_STANDIN_" + name.upper().replace("-", "_"))
+    if value is None:
+        path = os.path.join(os.environ.get("GLM_STANDIN_CONTROL") or CONTROL_DIR_DEFAULT, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                value = handle.read().strip()
+        except OSError:
+            value = None
+    return default if value in (None, "") else value
+
+
+def seconds(name, default):
+    try:
+        return max(0.0, float(switch(name, default)))
+    except ValueError:
+        return default
+
+
+def log(message, rank=None):
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    prefix = "[%s %s]" % (stamp, rank) if rank else "[%s]" % stamp
+    with _PRINT_LOCK:
+        sys.stdout.write("%s %s\n" % (prefix, message))
+        sys.stdout.flush()
+
+
+def uvicorn_log(message, level="INFO"):
+    log("%s %s" % ((level + ":").ljust(9), message))
+
+
+class StartupError(Exception):
+    """A start-up failure: (traceback frames, final line)."""
+
+    def __init__(self, final, frames=()):
+        super().__init__(final)
+        self.final = final
+        self.frames = frames
+
+
+def die(error):
+    """Print a scheduler traceback as the real server does, then exit 1."""
+    with _PRINT_LOCK:
+        sys.stdout.flush()
+        lines = ["[%s TP0] Scheduler hit an exception: Traceback (most recent call last):" %
+                 datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")]
+        for path, line, func, code in error.frames:
+            lines.append('  File "%s/%s", line %d, in %s' % (SRC, path, line, func))
+            lines.append("    " + code)
+        lines.append(error.final)
+        lines.append("")
+        lines.append("[%s] Received sigquit from a child process. It usually means the child failed." %
+                     datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+    sys.exit(1)
+
+
+SCHEDULER_FRAMES = [
+    ("managers/scheduler.py", 3122, "run_scheduler_process",
+     "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)"),
+    ("managers/scheduler.py", 402, "__init__", "self.init_model_worker()"),
+    ("managers/tp_worker.py", 247, "__init__", "self.model_runner = ModelRunner("),
+    ("model_executor/model_runner.py", 418, "__init__", "self.initialize(min_per_gpu_memory)"),
+]
+
+
+def oom_error(tried_gib, free_gib):
+    used = GPU_TOTAL_GIB - free_gib
+    return StartupError(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of %.2f GiB "
+        "of which %.2f GiB is free. Including non-PyTorch memory, this process has %.2f GiB memory in use. Of the "
+        "allocated memory %.2f GiB is allocated by PyTorch, and 312.50 MiB is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+        "fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html"
+        "#environment-variables)" % (tried_gib, GPU_TOTAL_GIB, free_gib, used, used - 0.9),
+        SCHEDULER_FRAMES + [
+            ("model_executor/model_runner.py", 1261, "load_model", "self.model = self.loader.load_model("),
+            ("model_loader/loader.py", 702, "load_model", "model = _initialize_model(model_config, self.load_config)"),
+        ])
+
+
+def fp8_error(kv_dtype):
+    return StartupError(
+        "ValueError: FP8 KV cache (--kv-cache-dtype %s) is not supported for %s on Hopper (sm90): the DSA attention "
+        "backends (tilelang, flashmla_sparse) have no FP8 KV cache kernel for this model on this GPU. Use "
+        "--kv-cache-dtype bfloat16 (or auto)." % (kv_dtype, ARCHITECTURE),
+        SCHEDULER_FRAMES + [
+            ("model_executor/model_runner.py", 1705, "init_attention_backends", "self.attn_backend = self._get_attention_backend()"),
+            ("layers/attention/dsa_backend.py", 311, "__init__", "raise ValueError("),
+        ])
+
+
+def visible_gpus():
+    forced = switch("sglang-gpus")
+    if forced is not None and forced.isdigit():
+        return int(forced)
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if devices is not None:
+        return len([d for d in devices.split(",") if d.strip() not in ("", "-1")])
+    return 0 if os.environ.get("SLURM_JOB_ID") else 8
+
+
+def read_model(args):
+    """config.json and the shard list, or a StartupError like transformers' / safetensors' own."""
+    path = args.model_path
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        raise StartupError(
+            "OSError: Can't load the configuration of '%s'. If you were trying to load it from "
+            "'https://huggingface.co/models', make sure you don't have a local directory with the same name. Otherwise, "
+            "make sure '%s' is the correct path to a directory containing a config.json file" % (path, path),
+            [("utils/hf_transformers_utils.py", 612, "get_config", "config = AutoConfig.from_pretrained(")])
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except ValueError as exc:
+        raise StartupError("json.decoder.JSONDecodeError: %s" % exc,
+                           [("utils/hf_transformers_utils.py", 612, "get_config", "config = AutoConfig.from_pretrained(")]) from exc
+    shards = []
+    index_path = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        with open(index_path, encoding="utf-8") as handle:
+            shards = sorted(set(json.load(handle).get("weight_map", {}).values()))
+    else:
+        shards = sorted(name for name in os.listdir(path) if name.endswith(".safetensors"))
+    if not shards:
+        raise StartupError("RuntimeError: Cannot find any model weights with `%s`" % path,
+                           [("model_loader/loader.py", 570, "_prepare_weights", "raise RuntimeError(")])
+    return config, shards
+
+
+def check_parallel(args, gpus):
+    frames = [("arg_groups/parallel_hook.py", 88, "handle_parallel", "raise ValueError(")]
+    if gpus <= 0:
+        raise StartupError("RuntimeError: No CUDA GPUs are available",
+                           [("utils/common.py", 1702, "get_device_core_count", "torch.cuda.get_device_properties(0)")])
+    if args.tp_size < 1 or args.tp_size * args.pp_size > gpus:
+        raise StartupError("ValueError: tp_size * pp_size (%d) exceeds the %d GPUs visible on this node "
+                           "(CUDA_VISIBLE_DEVICES); set --nnodes to span more nodes." % (args.tp_size * args.pp_size, gpus), frames)
+    if gpus % args.tp_size:
+        raise StartupError("ValueError: tp_size (%d) must divide the %d GPUs of the node." % (args.tp_size, gpus), frames)
+    if ATTENTION_HEADS % args.tp_size:
+        raise StartupError("ValueError: Total number of attention heads (%d) must be divisible by tensor parallel size (%d)."
+                           % (ATTENTION_HEADS, args.tp_size), frames)
+    if args.ep_size < 1 or args.tp_size % args.ep_size:
+        raise StartupError("ValueError: tp_size (%d) must be divisible by ep_size (%d)." % (args.tp_size, args.ep_size), frames)
+
+
+class State:
+    """What the HTTP handlers need to know."""
+
+    def __init__(self, args, context_len):
+        self.args = args
+        self.context_len = context_len
+        self.served_name = args.served_model_name or args.model_path
+        self.ready = False
+        self.stopping = False
+        self.lock = threading.Lock()
+        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
+
+
+STRAWBERRY_REASONING = (
+    'The user asks how many times the letter "r" appears in "strawberry". Spell it out: s-t-r-a-w-b-e-r-r-y. '
+    "There is an r in position 3, and two more in positions 8 and 9. That makes 3.")
+STRAWBERRY_ANSWER = 'The letter **r** appears **3** times in "strawberry" (st**r**awbe**rr**y).'
+
+
+def canned_answer(messages):
+    text = ""
+    for message in reversed(messages or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+            text = str(content or "")
+            break
+    lowered = text.lower()
+    if "strawberry" in lowered and ("letter r" in lowered or "r's" in lowered or "how many r" in lowered):
+        return STRAWBERRY_REASONING, STRAWBERRY_ANSWER, text
+    words = len(text.split())
+    return ("The user sent a message of %d words. This is the glm.serve SGLang stand-in, so I answer with a fixed reply." % words,
+            "Hello from the SGLang stand-in. You wrote %d words." % words, text)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """The real server's routes, behind its API-key middleware."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    state = None  # set on the subclass built in serve()
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        """No BaseHTTPRequestHandler default logging: access lines are written in send_response."""
+
+    def send_response(self, code, message=None):
+        super().send_response(code, message)
+        host, port = self.client_address[:2]
+        uvicorn_log('%s:%s - "%s %s HTTP/1.1" %d %s' % (host, port, self.command, self.path, code, self.responses.get(code, ("",))[0]))
+
+    def _send(self, code, body=b"", content_type="application/json", extra=None):
+        self.send_response(code)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code, obj):
+        self._send(code, json.dumps(obj, separators=(",", ":")).encode())
+
+    def _authorized(self, path):
+        key = self.state.args.api_key
+        if not key or self.command == "OPTIONS":
+            return True
+        if path.startswith("/health") or path.startswith("/ready") or path.startswith("/metrics"):
+            return True
+        header = self.headers.get("Authorization") or ""
+        parts = header.split(" ", 1)
+        return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
+
+    def _route(self):
+        path = self.path.split("?", 1)[0]
+        if not self._authorized(path):
+            self._json(401, {"error": "Unauthorized"})
+            return
+        get_routes = {
+            "/health": self._health, "/health_generate": self._health, "/ready": self._health,
+            "/v1/models": self._models, "/model_info": self._model_info, "/get_model_info": self._model_info,
+            "/metrics": self._metrics,
+        }
+        post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate}
+        routes = get_routes if self.command in ("GET", "HEAD") else post_routes
+        if path in routes:
+            routes[path]()
+        elif path in get_routes or path in post_routes:
+            self._json(405, {"detail": "Method Not Allowed"})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _route
+
+    def _health(self):
+        self._send(200 if self.state.ready and not self.state.stopping else 503, content_type="text/plain; charset=utf-8")
+
+    def _models(self):
+        state = self.state
+        self._json(200, {"object": "list", "data": [{
+            "id": state.served_name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+            "root": state.served_name, "parent": None, "max_model_len": state.context_len}]})
+
+    def _model_info(self):
+        args = self.state.args
+        self._json(200, {"model_path": args.model_path, "tokenizer_path": args.tokenizer_path or args.model_path,
+                         "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                         "has_image_understanding": True, "has_audio_understanding": False, "model_type": "glm_moe_dsa",
+                         "architectures": [ARCHITECTURE]})
+
+    def _metrics(self):
+        state = self.state
+        if not state.args.enable_metrics:
+            self._json(404, {"detail": "Not Found"})
+            return
+        labels = '{model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"}' % state.served_name
+        with state.lock:
+            counters = dict(state.counters)
+        lines = [
+            "# HELP sglang:num_running_reqs The number of running requests.", "# TYPE sglang:num_running_reqs gauge",
+            "sglang:num_running_reqs%s 0.0" % labels,
+            "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.", "# TYPE sglang:num_queue_reqs gauge",
+            "sglang:num_queue_reqs%s 0.0" % labels,
+            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.", "# TYPE sglang:prompt_tokens_total counter",
+            "sglang:prompt_tokens_total%s %.1f" % (labels, counters["prompt_tokens"]),
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            "sglang:generation_tokens_total%s %.1f" % (labels, counters["generation_tokens"]),
+            "# HELP sglang:num_requests_total The number of processed requests.", "# TYPE sglang:num_requests_total counter",
+            "sglang:num_requests_total%s %.1f" % (labels, counters["requests"]),
+        ]
+        self._send(200, ("\n".join(lines) + "\n").encode(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _body(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._json(400, {"object": "error", "message": "The request body is not valid JSON.", "type": "BadRequestError",
+                             "param": None, "code": 400})
+            return None
+        return body
+
+    def _count(self, prompt_tokens, completion_tokens):
+        with self.state.lock:
+            self.state.counters["requests"] += 1
+            self.state.counters["prompt_tokens"] += prompt_tokens
+            self.state.counters["generation_tokens"] += completion_tokens
+
+    def _chat(self):
+        body = self._body()
+        if body is None:
+            return
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            self._json(400, {"object": "error", "message": "messages: Field required", "type": "BadRequestError",
+                             "param": None, "code": 400})
+            return
+        reasoning, content, prompt = canned_answer(messages)
+        if not self.state.args.reasoning_parser:
+            content, reasoning = "<think>%s</think>%s" % (reasoning, content), None
+        prompt_tokens = len(prompt.split()) + 8
+        completion_tokens = len(content.split()) + len((reasoning or "").split())
+        self._count(prompt_tokens, completion_tokens)
+        model = body.get("model") or self.state.served_name
+        ident = uuid.uuid4().hex
+        created = int(time.time())
+        if body.get("stream"):
+            self._stream(ident, created, model, reasoning, content)
+            return
+        self._json(200, {
+            "id": ident, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "reasoning_content": reasoning,
+                                                 "tool_calls": None},
+                         "logprobs": None, "finish_reason": "stop", "matched_stop": 154827}],
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                      "completion_tokens": completion_tokens, "prompt_tokens_details": None,
+                      "reasoning_tokens": len((reasoning or "").split())},
+            "metadata": {"weight_version": "default"}})
+
+    def _stream(self, ident, created, model, reasoning, content):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        deltas = [{"role": "assistant", "content": ""}]
+        if reasoning:
+            deltas.append({"reasoning_content": reasoning})
+        deltas.append({"content": content})
+        for delta in deltas:
+            chunk = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        final = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                 "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", "matched_stop": 154827}]}
+        self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _generate(self):
+        body = self._body()
+        if body is None:
+            return
+        params = body.get("sampling_params") or {}
+        max_new = int(params.get("max_new_tokens") or 16)
+        text = " ".join(["ok"] * min(max_new, 64))
+        self._count(len(str(body.get("text", "")).split()), min(max_new, 64))
+        self._json(200, {"text": text, "output_ids": [1000] * min(max_new, 64), "meta_info": {
+            "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
+            "prompt_tokens": len(str(body.get("text", "")).split()), "weight_version": "default",
+            "completion_tokens": min(max_new, 64), "cached_tokens": 0, "e2e_latency": 0.01}})
+
+
+def bind_address(host):
+    """--host, or this node's own address when --host is 0.0.0.0 inside Slurm (see the header)."""
+    node = os.environ.get("SLURMD_NODENAME")
+    if host == "0.0.0.0" and node:
+        try:
+            return socket.gethostbyname(node), node
+        except OSError:
+            return host, None
+    return host, None
+
+
+def serve(args, state):
+    host, node = bind_address(args.host)
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    try:
+        server = ThreadingHTTPServer((host, args.port), handler)
+    except OverflowError as exc:
+        uvicorn_log("OverflowError: %s" % exc, "ERROR")
+        sys.exit(1)
+    except OSError as exc:
+        uvicorn_log("[Errno %s] error while attempting to bind on address ('%s', %d): %s"
+                    % (exc.errno, args.host, args.port, (exc.strerror or str(exc)).lower()), "ERROR")
+        sys.exit(1)
+    server.daemon_threads = True
+    if node:
+        log("[stand-in] --host 0.0.0.0 on %s: listening on %s:%d, the node's own address (all nodes share one machine)"
+            % (node, host, args.port))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    uvicorn_log("Started server process [%d]" % os.getpid())
+    uvicorn_log("Waiting for application startup.")
+    uvicorn_log("Application startup complete.")
+    uvicorn_log("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (args.host, args.port))
+    return server
+
+
+def load_model(args, stop, config):
+    """The loading phase (port closed): weights, KV cache, CUDA graphs. Returns the scheduler's numbers."""
+    gpus = visible_gpus()
+    check_parallel(args, gpus)
+    model_len = int(config.get("max_position_embeddings") or MODEL_CONTEXT_LEN)
+    context_len = args.context_length or model_len
+    if context_len > model_len and os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower() not in ("1", "true"):
+        raise StartupError(
+            "ValueError: User-specified context_length (%d) is greater than the derived context_length (%d). This may lead to "
+            "incorrect model outputs or CUDA errors. To allow overriding this maximum, set the env var "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" % (context_len, model_len),
+            [("configs/model_config.py", 298, "__init__", "raise ValueError(")])
+    shards = read_model(args)[1]
+    load_time = seconds("sglang-load", 1.0)
+    log("Init torch distributed begin.", "TP0")
+    log("Init torch distributed ends. mem usage=1.02 GB", "TP0")
+    log("Load weight begin. avail mem=%.2f GB" % (GPU_TOTAL_GIB - 1.6), "TP0")
+    per_gpu = WEIGHTS_GB / args.tp_size
+    for number, shard in enumerate(shards, 1):
+        if stop.wait(load_time / max(1, len(shards))):
+            os._exit(143)  # pylint: disable=protected-access
+        if not os.path.isfile(os.path.join(args.model_path, shard)):
+            raise StartupError(
+                "FileNotFoundError: [Errno 2] No such file or directory: '%s'" % os.path.join(args.model_path, shard),
+                [("model_loader/weight_utils.py", 1149, "safetensors_weights_iterator", "with safe_open(st_file, framework=\"pt\") as f:")])
+        if per_gpu * number / len(shards) > GPU_TOTAL_GIB - 1.6:
+            raise oom_error(2.5, 0.41)
+        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d" % (number * 100 // len(shards), number, len(shards)), "TP0")
+    if switch("sglang-fail") == "oom":
+        raise oom_error(3.38, 1.07)
+    avail = GPU_TOTAL_GIB - 1.6 - per_gpu
+    log("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB." % (ARCHITECTURE, avail, per_gpu), "TP0")
+    if args.kv_cache_dtype in FP8_KV_DTYPES or switch("sglang-fail") == "fp8":
+        raise fp8_error(args.kv_cache_dtype if args.kv_cache_dtype in FP8_KV_DTYPES else "fp8_e4m3")
+    if args.kv_cache_dtype in FP4_KV_DTYPES:
+        raise StartupError("ValueError: FP4 KV cache (--kv-cache-dtype %s) needs Blackwell (sm100) GPUs." % args.kv_cache_dtype,
+                           SCHEDULER_FRAMES)
+    mem_fraction = args.mem_fraction_static if args.mem_fraction_static is not None else 0.79
+    kv_gb = GPU_TOTAL_GIB * mem_fraction - per_gpu
+    if kv_gb <= 0.2:
+        raise StartupError("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                           "Current value: mem_fraction_static=%s" % mem_fraction,
+                           SCHEDULER_FRAMES + [("model_executor/pool_configurator.py", 94, "__post_init__", "raise RuntimeError(msg)")])
+    max_total = int(kv_gb * KV_TOKENS_PER_GB)
+    if args.max_total_tokens:
+        max_total = min(max_total, args.max_total_tokens)
+    log("KV Cache is allocated. #tokens: %d, KV size: %.2f GB" % (max_total, kv_gb), "TP0")
+    log("Memory pool end. avail mem=%.2f GB" % (avail - kv_gb), "TP0")
+    if mem_fraction > 0.9:
+        raise oom_error(1.25, 0.32)
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB" % (avail - kv_gb), "TP0")
+    log("Capture cuda graph end. Time elapsed: 1.02 s. mem usage=0.88 GB. avail mem=%.2f GB." % (avail - kv_gb - 0.88), "TP0")
+    return {
+        "max_total_num_tokens": max_total,
+        "chunked_prefill_size": args.chunked_prefill_size or 8192,
+        "max_prefill_tokens": args.max_prefill_tokens,
+        "max_running_requests": args.max_running_requests or min(2048, max(1, max_total // 512)),
+        "context_len": context_len,
+        "available_gpu_mem": avail - kv_gb - 0.88,
+    }
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    sys.stderr.write("%s:0: UserWarning: 'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
+                     "recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n" % os.path.abspath(__file__))
+    try:
+        args = prepare_server_args(argv)
+    except (ValueError, AttributeError):
+        traceback.print_exc()
+        return 1
+    args.served_model_name = args.served_model_name or args.model_path
+    args.tokenizer_path = args.tokenizer_path or args.model_path
+    resolved = {key: value for key, value in vars(args).items() if key != "config"}
+    log("server_args=%r" % resolved)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        config = read_model(args)[0]
+        numbers = load_model(args, stop, config)
+    except StartupError as error:
+        die(error)
+    log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, context_len=%d, "
+        "available_gpu_mem=%.2f GB" % (numbers["max_total_num_tokens"], numbers["chunked_prefill_size"], numbers["max_prefill_tokens"],
+                                       numbers["max_running_requests"], numbers["context_len"], numbers["available_gpu_mem"]), "TP0")
+    if stop.is_set():
+        os._exit(143)  # pylint: disable=protected-access
+
+    state = State(args, numbers["context_len"])
+    server = serve(args, state)
+    if not stop.wait(0 if args.skip_server_warmup else seconds("sglang-warmup", 2.0)):
+        if not args.skip_server_warmup:
+            uvicorn_log('127.0.0.1:51234 - "GET /model_info HTTP/1.1" 200 OK')
+            uvicorn_log('127.0.0.1:51236 - "POST /generate HTTP/1.1" 200 OK')
+        state.ready = True
+        log("The server is fired up and ready to roll!")
+        stop.wait()
+    state.stopping = True
+    uvicorn_log("Shutting down")
+    server.shutdown()
+    server.server_close()
+    uvicorn_log("Waiting for application shutdown.")
+    uvicorn_log("Application shutdown complete.")
+    uvicorn_log("Finished server process [%d]" % os.getpid())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

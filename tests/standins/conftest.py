@@ -1,0 +1,30 @@
+"""Fixtures of the stand-in tests; the helpers live in standin_helpers.py."""
+
+import pytest
+
+from standin_helpers import SEED_MODEL, Server, run_hf
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A complete stand-in checkpoint, made once by the hf stand-in."""
+    base = tmp_path_factory.mktemp("model")
+    target = base / "GLM-5.3-Flash"
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(target), "--quiet"], base / "control")
+    assert result.returncode == 0, result.stderr
+    return target
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """Start servers with servers(args, **env); all are stopped at the end of the test."""
+    started = []
+
+    def start(args, **env):
+        server = Server(args, tmp_path, **env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -1,0 +1,125 @@
+"""Helpers for the stand-in tests (tests/standins): run the stand-ins as subprocesses on 127.0.0.1, free ports, tmp dirs.
+
+The stand-ins run under Debian's /usr/bin/python3 when it exists (the interpreter of the cluster's jobs,
+stdlib only), else under the interpreter running pytest.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+STANDINS = os.path.join(REPO, "tests", "cluster", "standins")
+HF = os.path.join(STANDINS, "python", "hf_standin.py")
+HF_WRAPPER = os.path.join(STANDINS, "bin", "hf")
+STANDIN_PYTHONPATH = os.path.join(STANDINS, "python")
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+SEED_MODEL = "zai-org/GLM-5.3-Flash"
+
+
+def standin_env(control_dir, **extra):
+    """A clean environment: no GLM_STANDIN_* or Slurm variables from outside, an empty control dir of our own."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GLM_STANDIN_") and not k.startswith("SLURM") and k != "CUDA_VISIBLE_DEVICES"}
+    env["GLM_STANDIN_CONTROL"] = str(control_dir)
+    env["PYTHONPATH"] = STANDIN_PYTHONPATH
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_hf(args, control_dir, timeout=30, **env):
+    return subprocess.run([PYTHON, HF] + list(args), env=standin_env(control_dir, **env), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met within %.1f s" % timeout)
+
+
+def http(method, url, key=None, body=None, timeout=5):
+    """(status, body text); status None when the connection is refused."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if key is not None:
+        request.add_header("Authorization", "Bearer %s" % key)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except (ConnectionRefusedError, urllib.error.URLError) as error:
+        if isinstance(error, ConnectionRefusedError) or isinstance(getattr(error, "reason", None), ConnectionRefusedError):
+            return None, ""
+        raise
+
+
+class Server:
+    """A stand-in SGLang server subprocess, its log files and URL."""
+
+    def __init__(self, args, tmp_path, **env):
+        argv = list(args)
+        if "--port" in argv:
+            self.port = int(argv[argv.index("--port") + 1])
+        else:
+            self.port = free_port()
+            argv += ["--port", str(self.port)]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.out_path = tmp_path / ("server-%d.out" % self.port)
+        self.err_path = tmp_path / ("server-%d.err" % self.port)
+        control = tmp_path / "control"
+        control.mkdir(exist_ok=True)
+        env.setdefault("GLM_STANDIN_SGLANG_LOAD", "0")
+        env.setdefault("GLM_STANDIN_SGLANG_WARMUP", "0.3")
+        with open(self.out_path, "w", encoding="utf-8") as out, open(self.err_path, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen([PYTHON, "-m", "sglang.launch_server"] + argv, env=standin_env(control, **env),
+                                         stdout=out, stderr=err, cwd=str(tmp_path))
+
+    @property
+    def out(self):
+        return self.out_path.read_text(encoding="utf-8")
+
+    @property
+    def err(self):
+        return self.err_path.read_text(encoding="utf-8")
+
+    def get(self, path, key=None):
+        return http("GET", self.url + path, key=key)
+
+    def post(self, path, body, key=None):
+        return http("POST", self.url + path, key=key, body=body)
+
+    def wait_ready(self, timeout=10.0):
+        wait_for(lambda: "fired up and ready to roll" in self.out or self.proc.poll() is not None, timeout)
+        assert self.proc.poll() is None, "server exited %s:\n%s\n%s" % (self.proc.returncode, self.out, self.err[-3000:])
+
+    def wait_exit(self, timeout=10.0):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,133 @@
+"""The `hf` stand-in: layout of a --local-dir download, resume, interruption, failure switches."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+from standin_helpers import HF, HF_WRAPPER, PYTHON, SEED_MODEL, run_hf, standin_env, wait_for
+
+SHARDS = ["model-%05d-of-00008.safetensors" % i for i in range(1, 9)]
+
+
+def fetched(local_dir):
+    log = local_dir / ".cache" / "huggingface" / "standin-fetch.log"
+    return log.read_text(encoding="utf-8").split("\n")[:-1] if log.exists() else []
+
+
+def incomplete(local_dir):
+    dl_dir = local_dir / ".cache" / "huggingface" / "download"
+    return sorted(p.name for p in dl_dir.glob("*.incomplete")) if dl_dir.exists() else []
+
+
+def test_fresh_download_is_complete(tmp_path):
+    local = tmp_path / "GLM"
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], tmp_path / "control")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip("\n").split("\n")[-1] == str(local)
+    index = json.loads((local / "model.safetensors.index.json").read_text(encoding="utf-8"))
+    assert sorted(set(index["weight_map"].values())) == SHARDS
+    for name in SHARDS + ["config.json", "tokenizer.json", "generation_config.json"]:
+        assert (local / name).is_file(), name
+    assert all((local / s).stat().st_size == 256 * 1024 for s in SHARDS)
+    assert incomplete(local) == []
+    assert len(fetched(local)) == 13
+    config = json.loads((local / "config.json").read_text(encoding="utf-8"))
+    assert config["max_position_embeddings"] == 202752
+    # Deterministic: a second download elsewhere has the same bytes.
+    other = tmp_path / "other"
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(other), "--quiet"], tmp_path / "control").returncode == 0
+    assert (other / SHARDS[3]).read_bytes() == (local / SHARDS[3]).read_bytes()
+
+
+def test_rerun_skips_complete_files_and_refetches_missing(tmp_path):
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control).returncode == 0
+    again = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
+    assert again.returncode == 0
+    assert "Skipping '%s'" % SHARDS[0] in again.stdout
+    assert len(fetched(local)) == 13  # nothing fetched the second time
+    (local / SHARDS[4]).unlink()
+    third = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
+    assert third.returncode == 0
+    assert fetched(local)[13:] == ["fetched %s" % SHARDS[4]]
+
+
+def _start_slow(local, control):
+    return subprocess.Popen([PYTHON, HF, "download", SEED_MODEL, "--local-dir", str(local)],
+                            env=standin_env(control, GLM_STANDIN_HF_DELAY="5"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_kill_leaves_incomplete_then_rerun_resumes(tmp_path):
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        proc = _start_slow(local, control)
+        try:
+            wait_for(lambda: incomplete(local) and (local / ".cache/huggingface/download" / incomplete(local)[0]).stat().st_size > 0)
+            time.sleep(0.1)
+        finally:
+            proc.send_signal(sig)
+            proc.wait(timeout=5)
+        assert proc.returncode == -sig
+        partial = incomplete(local)
+        assert len(partial) == 1
+        assert not (local / partial[0][:-len(".incomplete")]).exists()
+    done = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
+    assert done.returncode == 0, done.stderr
+    assert "Resuming download of 'config.json'" in done.stdout
+    assert incomplete(local) == []
+    assert len(fetched(local)) == 13
+
+
+def test_fail_switch_by_env(tmp_path):
+    local = tmp_path / "GLM"
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], tmp_path / "control", GLM_STANDIN_HF_FAIL_AFTER="3")
+    assert result.returncode == 1
+    assert "503 Server Error" in result.stderr
+    assert len(fetched(local)) == 3
+    assert len(incomplete(local)) == 1
+
+
+def test_nospace_switch_by_control_file(tmp_path):
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "hf-nospace-after").write_text("5\n", encoding="utf-8")
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
+    assert result.returncode == 1
+    assert "OSError: [Errno 28] No space left on device" in result.stderr
+    assert len(fetched(local)) == 5
+    (control / "hf-nospace-after").unlink()
+    resumed = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
+    assert resumed.returncode == 0
+    assert len(fetched(local)) == 13
+
+
+def test_usage_errors_and_filters(tmp_path):
+    control = tmp_path / "control"
+    bad = run_hf(["download", SEED_MODEL, "--local-dir", str(tmp_path / "x"), "--no-such-flag"], control)
+    assert bad.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in bad.stderr
+    assert run_hf(["upload", SEED_MODEL], control).returncode == 2
+    local = tmp_path / "filtered"
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--include", "*.json", "--exclude", "tokenizer*",
+                     "--revision", "main", "--max-workers", "4", "--quiet"], control)
+    assert result.returncode == 0
+    assert result.stdout == "%s\n" % local
+    assert sorted(p.name for p in local.iterdir() if p.is_file()) == ["config.json", "generation_config.json",
+                                                                      "model.safetensors.index.json"]
+    assert os.path.isdir(local / ".cache" / "huggingface" / "download")
+
+
+def test_wrapper_on_path_runs_the_standin(tmp_path):
+    """bin/hf is what container steps find first on PATH: a bash wrapper that execs the Python stand-in."""
+    local = tmp_path / "GLM"
+    result = subprocess.run([HF_WRAPPER, "download", SEED_MODEL, "--local-dir", str(local), "--quiet"],
+                            env=standin_env(tmp_path / "control"), capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "%s\n" % local
+    assert len(fetched(local)) == 13
