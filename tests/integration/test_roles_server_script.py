@@ -1,0 +1,152 @@
+# -*- coding: utf-8 -*-
+"""The server role's rendered serve.sbatch, checked without a cluster.
+
+* The three variants (default, low latency, H200) are rendered by the role itself (include_role
+  glm.serve.server, tasks_from: script, against localhost) and their `sglang.launch_server` command is parsed
+  by the REAL sglang==0.5.21 CLI parser (tests/sglang_cli/check_args.py in .venv-sglang). Skipped only when
+  that venv is missing (make it with tests/sglang_cli/setup.sh).
+* The defaults carry the guide's flags, and bad values stop in the role's checks, naming the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
+CHECK_ARGS = ROOT / "tests" / "sglang_cli" / "check_args.py"
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: glm.serve.server
+        tasks_from: script
+"""
+
+VARIANTS = {
+    "default": {},
+    "low_latency": {"server_low_latency": True},
+    "h200": {"glm_partition": "compute-h200"},
+}
+
+SEED_FLAGS = [
+    "--served-model-name glm-5.3-flash",
+    "--tp-size 8",
+    "--ep-size 8",
+    "--kv-cache-dtype bfloat16",
+    "--dsa-prefill-backend tilelang",
+    "--dsa-decode-backend tilelang",
+    "--moe-runner-backend deep_gemm",
+    "--reasoning-parser glm45",
+    "--tool-call-parser glm47",
+    "--host 0.0.0.0",
+    "--port 30000",
+]
+EAGLE_FLAGS = [
+    "--speculative-algorithm EAGLE",
+    "--speculative-num-steps 5",
+    "--speculative-eagle-topk 1",
+    "--speculative-num-draft-tokens 6",
+]
+
+
+def render(tmp_path: Path, name: str, extra_vars: dict) -> subprocess.CompletedProcess:
+    work = tmp_path / name
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(PLAYBOOK)
+    extra = dict(extra_vars, glm_work_dir=str(work))
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".collections"))
+    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=" + sys.executable,
+         "-e", json.dumps(extra), str(playbook)],
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("serve")
+    scripts = {}
+    for name, extra in VARIANTS.items():
+        proc = render(tmp_path, name, extra)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        scripts[name] = tmp_path / name / "serve.sbatch"
+    return scripts
+
+
+def test_defaults_carry_the_guide(rendered):
+    text = rendered["default"].read_text()
+    for line in ("#SBATCH --job-name=glm-serve", "#SBATCH --partition=compute-h100", "#SBATCH --nodes=1",
+                 "#SBATCH --gres=gpu:8", "#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --time=08:00:00",
+                 "#SBATCH --output=%x-%j.out"):
+        assert line + "\n" in text
+    for flag in SEED_FLAGS + ["--mem-fraction-static 0.75"]:
+        assert flag in text
+    for flag in EAGLE_FLAGS:
+        assert flag not in text
+    assert "unset NCCL_NET" in text
+    assert '--cpus-per-task="$SLURM_CPUS_ON_NODE"' in text
+    assert "export PYTHONUNBUFFERED=1" in text
+    assert "SGLANG_CACHE_DIR=" in text and "SGLANG_DG_CACHE_DIR=" in text
+    # the key goes through the config file, never argv
+    assert "--api-key" not in text
+    assert '--config "$CONFIG"' in text
+    assert 0o600 == rendered["default"].stat().st_mode & 0o777
+
+
+def test_low_latency_and_h200(rendered):
+    low = rendered["low_latency"].read_text()
+    for flag in SEED_FLAGS + EAGLE_FLAGS + ["--mem-fraction-static 0.70"]:
+        assert flag in low
+    assert low.index("--speculative-num-draft-tokens 6") < low.index("--host 0.0.0.0")
+    assert "#SBATCH --partition=compute-h200\n" in rendered["h200"].read_text()
+
+
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason=".venv-sglang missing: run tests/sglang_cli/setup.sh")
+def test_real_sglang_parser_accepts_the_three_variants(rendered, tmp_path):
+    bad = tmp_path / "bad.sbatch"
+    bad.write_text(rendered["default"].read_text().replace("--kv-cache-dtype bfloat16", "--kv-cache-dtype bf17"))
+    cases = [{"name": name, "file": str(path)} for name, path in rendered.items()]
+    cases.append({"name": "bad", "file": str(bad)})
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps(cases))
+    proc = subprocess.run([str(SGLANG_PYTHON), str(CHECK_ARGS), "--parser", "real", "--cases", str(cases_file)],
+                          capture_output=True, text=True, timeout=600)
+    results = {r["name"]: r for r in json.loads(proc.stdout)}
+    for name in VARIANTS:
+        assert results[name]["rc"] == 0, results[name]
+    # the check is not vacuous: the real parser refuses a bad choice
+    assert results["bad"]["rc"] != 0
+    assert "kv-cache-dtype" in results["bad"]["message"]
+
+
+@pytest.mark.parametrize("extra, variable, words", [
+    ({"server_kv_cache_dtype": "fp8_e4m3"}, "server_kv_cache_dtype", "FP8 KV cache"),
+    ({"server_kv_cache_dtype": "fp8_e5m2", "glm_partition": "compute-h200"}, "server_kv_cache_dtype", "bfloat16"),
+    ({"server_tp_size": 4}, "server_tp_size", "server_gpus"),
+    ({"server_ep_size": 3}, "server_ep_size", "divisor"),
+    ({"server_mem_fraction_static": 1.7}, "server_mem_fraction_static", "between 0 and 1"),
+    ({"glm_port": 99999}, "glm_port", "1 to 65535"),
+    ({"server_time": "8h"}, "server_time", "Slurm time limit"),
+    ({"server_extra_args": ["--api-key", "x"]}, "server_extra_args", "config file"),
+    ({"server_gpus": "eight"}, "server_gpus", "int"),
+])
+def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
+    proc = render(tmp_path, "bad", extra)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert variable in out and words in out, out[-3000:]
+    assert not (tmp_path / "bad" / "serve.sbatch").exists()
