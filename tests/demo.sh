@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make demo: the embedded default. On the local Slurm cluster (tests/cluster), over real SSH as the login
+# user: deploy GLM-5.3-Flash (stand-ins for the GPU parts), call the chat API with the key, tear down.
+# Prints what happened at each step and a summary. Run `make demo` (it sets up the toolchain and the cluster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export ANSIBLE_CONFIG=$PWD/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
+export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
+PATH=$PWD/.venv/bin:$PATH
+cluster_dir=${GLM_CLUSTER_DIR:-/var/lib/glm-cluster}
+
+login() {
+  ssh -i "$cluster_dir/ssh/id_ed25519" -o UserKnownHostsFile="$cluster_dir/ssh/known_hosts" \
+      -o StrictHostKeyChecking=yes -o BatchMode=yes -p 2222 glmuser@127.0.0.1 "$@"
+}
+
+declare -a summary=()
+step() {
+  local title=$1; shift
+  local start=$SECONDS
+  printf '\n=== %s\n' "$title"
+  "$@"
+  summary+=("$(printf '%-44s %4ss' "$title" "$((SECONDS - start))")")
+}
+
+# A chat request as a user on the login node would send it: the key is read from its file into a header
+# that curl reads from a file descriptor, so it is on no command line.
+call_api() {
+  login bash -s <<'REMOTE'
+set -euo pipefail
+. ~/glm/endpoint
+echo "endpoint: $GLM_BASE_URL  model: $GLM_MODEL"
+printf 'without the key: HTTP '
+curl -s -o /dev/null -w '%{http_code}\n' "$GLM_BASE_URL/models"
+curl -sS --fail-with-body "$GLM_BASE_URL/chat/completions" \
+  -H @<(printf 'Authorization: Bearer %s\n' "$(cat ~/glm/api-key)") \
+  -H 'Content-Type: application/json' \
+  -d "{\"model\": \"$GLM_MODEL\",
+       \"messages\": [{\"role\": \"user\", \"content\": \"How many times does the letter r appear in strawberry?\"}],
+       \"temperature\": 1.0, \"top_p\": 0.95, \"max_tokens\": 4096,
+       \"chat_template_kwargs\": {\"reasoning_effort\": \"low\", \"clear_thinking\": true}}" |
+  python3 -c 'import json, sys; m = json.load(sys.stdin)["choices"][0]["message"]; print("reasoning:", m["reasoning_content"]); print("answer:", m["content"])'
+REMOTE
+}
+
+show_jobs() {
+  login 'squeue --me -o "%.8i %.14j %.10T %.20R"; ls -l ~/glm | sed -n "1,20p"'
+}
+
+step "1/4 deploy (playbooks/deploy.yml)" ansible-playbook playbooks/deploy.yml
+step "2/4 call the API with the key" call_api
+step "3/4 teardown (playbooks/teardown.yml)" ansible-playbook playbooks/teardown.yml
+step "4/4 what is left: no jobs; key, image, weights" show_jobs
+
+printf '\n=== demo finished\n'
+printf '%s\n' "${summary[@]}"
