@@ -39,13 +39,17 @@ alive() {
   [ "$st" != Z ] && [ "$st" != X ]
 }
 
-# pid from a pid file if that process is alive, else nothing (rc 1)
+# pid from a pid file if that process is alive and ours, else nothing (rc 1). Ours: its command
+# line names $D (every daemon here gets a path in $D): a stale pid file (after a reboot) whose
+# pid now belongs to another process is neither reported as running nor signalled.
 live_pid() {
-  local f=$1 pid
+  local f=$1 pid cmd
   [ -s "$f" ] || return 1
   pid=$(<"$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   alive "$pid" || return 1
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$D/"* ]] || return 1
   printf '%s\n' "$pid"
 }
 
@@ -226,7 +230,19 @@ build_plugin() {
 }
 
 setup_hosts() {
-  local n
+  local n me
+  # SlurmctldHost=localhost: a bare root (debootstrap, some containers) may have no /etc/hosts
+  if ! getent hosts localhost >/dev/null; then
+    printf '127.0.0.1 localhost %s\n' "$HOSTS_TAG" >>/etc/hosts
+  fi
+  # slurmctld calls srun back at this machine's name: with Slurm 24.11 an unresolvable name
+  # costs 10 s per step (and stuck COMPLETING jobs). Debian's installer maps it to 127.0.1.1.
+  me=$(uname -n)
+  for n in "$me" "${me%%.*}"; do
+    if ! getent hosts "$n" >/dev/null; then
+      printf '127.0.1.1 %s %s\n' "$n" "$HOSTS_TAG" >>/etc/hosts
+    fi
+  done
   for n in "${NODES[@]}"; do
     if ! grep -Eq "^[[:space:]]*${NODE_IP[$n]//./\\.}[[:space:]]+([^#]*[[:space:]])?$n([[:space:]]|$)" /etc/hosts; then
       if grep -Eq "^[^#]*[[:space:]]$n([[:space:]]|$)" /etc/hosts; then
