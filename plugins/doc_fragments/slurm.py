@@ -1,0 +1,74 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment:
+    """Options shared by glm.serve's Slurm modules: who and how to talk to slurmctld, and how to wait."""
+
+    # Standard documentation: the Slurm connection options.
+    DOCUMENTATION = r'''
+options:
+  user:
+    description:
+      - The Slurm user whose jobs are looked up (C(squeue -u)).
+      - Defaults to the user the module runs as (the remote user).
+    type: str
+  retry_timeout:
+    description:
+      - How long (seconds) to retry Slurm commands outside a wait when the controller is unreachable or busy
+        (C(Unable to contact slurm controller), C(Socket timed out)...).
+      - Retries back off 1, 2, 4 ... 30 s. C(sbatch) is never repeated blindly; before a new attempt the module
+        looks for a job of that name that the lost attempt may have created.
+    type: int
+    default: 120
+notes:
+  - Needs the Slurm client tools (C(squeue), C(scontrol), C(sbatch), C(scancel)) on the host, configured for the
+    cluster. Works with Slurm 22.05 and later; C(squeue --only-job-state) is used from 23.11 on.
+  - Never relies on C(sacct) (clusters without slurmdbd) nor on C(squeue --json) filtering.
+requirements:
+  - Slurm client commands on the host
+'''
+
+    WAIT = r'''
+options:
+  wait:
+    description:
+      - Wait until the job reaches one of O(wait_condition) (with O(state=present)), or is gone (with O(state=absent)).
+      - The wait asks slurmctld with an exponential backoff (1, 2, 4 ... O(wait_sleep) seconds) and watches, in between,
+        what costs the controller nothing, the job's output file on the shared file system (it appears when the job
+        starts; error lines make the module ask Slurm at once) and, with a probe, the server's HTTP port.
+    type: bool
+    default: false
+  wait_condition:
+    description:
+      - Job states that end the wait successfully, for example V(RUNNING) or V(COMPLETED).
+      - A failure state (V(FAILED), V(CANCELLED), V(TIMEOUT), V(NODE_FAIL), V(OUT_OF_MEMORY), V(BOOT_FAIL), V(DEADLINE),
+        V(PREEMPTED)) fails the task at once, naming state, reason, exit code and the last lines of the job's output file,
+        unless it is listed here.
+      - A job that COMPLETED while the condition does not include V(COMPLETED) fails the task ("the job ended before reaching RUNNING").
+      - A job that can never start because a job it depends on failed (reason C(DependencyNeverSatisfied)) fails the task at once,
+        naming that job and the end of its output.
+    type: list
+    elements: str
+    default: [RUNNING]
+    choices: [PENDING, CONFIGURING, RUNNING, COMPLETING, COMPLETED, SUSPENDED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
+              OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, PREEMPTED]
+  wait_timeout:
+    description:
+      - How many seconds to wait. On timeout the task fails with the last observed state of the job and of the jobs it
+        depends on (and says so when the job waits for a free node).
+    type: int
+    default: 600
+  wait_sleep:
+    description:
+      - Cap (seconds) of the exponential backoff between controller calls while waiting.
+      - Larger values spare the controller on long waits; state changes the output file reveals are seen at once anyway.
+    type: int
+    default: 60
+'''

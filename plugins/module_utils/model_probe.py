@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Readiness probe of an OpenAI-compatible server: ``GET http://NODE:PORT/v1/models`` with a bearer key.
+
+Uses only ``ansible.module_utils.urls`` (login nodes need no extra Python package). The key is read
+from a file on the host, goes only into the Authorization header, and never into a URL, a result,
+an exception message or a log.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import socket
+
+from ansible.module_utils.urls import open_url
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+
+READY = 'ready'
+STARTING = 'starting'
+UNAUTHORIZED = 'unauthorized'
+WRONG_MODEL = 'wrong_model'
+
+
+class ProbeResult:
+    """The outcome of one probe request. ``answered`` is True when the server sent any HTTP response."""
+
+    def __init__(self, status, detail, answered=False, models=None, max_model_len=None):
+        self.status = status
+        self.detail = detail
+        self.answered = answered
+        self.models = models or []
+        self.max_model_len = max_model_len
+
+    def __repr__(self):
+        return 'ProbeResult(%s, %r)' % (self.status, self.detail)
+
+
+class KeyFileError(Exception):
+    pass
+
+
+def read_key(path):
+    """The API key in ``path`` (first line, stripped). Raises KeyFileError naming the file, never the key."""
+    try:
+        with open(path, 'r') as handle:
+            key = handle.readline().strip()
+    except (IOError, OSError) as exc:
+        raise KeyFileError('cannot read the API key file %s: %s' % (path, getattr(exc, 'strerror', None) or type(exc).__name__))
+    if not key:
+        raise KeyFileError('the API key file %s is empty' % path)
+    return key
+
+
+def parse_models(body, model):
+    """(ids, max_model_len of ``model`` or None) from a /v1/models JSON body. Raises ValueError."""
+    data = json.loads(body)
+    entries = data.get('data') if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError('no data list')
+    ids = []
+    max_len = None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get('id') is not None:
+            ids.append(str(entry['id']))
+            if entry['id'] == model:
+                max_len = entry.get('max_model_len')
+    return ids, max_len
+
+
+class ModelProbe:
+    """Probe ``http://NODE:PORT/PATH`` until it lists ``model``.
+
+    ``opener`` defaults to ansible's ``open_url``; tests pass a fake one.
+    """
+
+    def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None):
+        self.port = int(port)
+        self.path = path if path.startswith('/') else '/' + path
+        self._key = key
+        self.model = model
+        self.timeout = timeout
+        self.key_file = key_file
+        self._open = opener or open_url
+
+    def endpoint(self, node):
+        return 'http://%s:%d' % (node, self.port)
+
+    def check(self, node):
+        url = self.endpoint(node) + self.path
+        headers = {'Authorization': 'Bearer %s' % self._key, 'Accept': 'application/json'}
+        try:
+            response = self._open(url, method='GET', headers=headers, timeout=self.timeout, use_proxy=False,
+                                  follow_redirects='none', validate_certs=False)
+            body = response.read()
+            code = response.getcode() if hasattr(response, 'getcode') else 200
+        except HTTPError as exc:
+            if exc.code in (401, 403):
+                return ProbeResult(UNAUTHORIZED, 'HTTP %d' % exc.code, answered=True)
+            return ProbeResult(STARTING, 'HTTP %d' % exc.code, answered=True)
+        except URLError as exc:
+            return ProbeResult(STARTING, 'no answer (%s)' % _reason(exc.reason))
+        except (socket.timeout, socket.error, IOError, ValueError) as exc:
+            return ProbeResult(STARTING, 'no answer (%s)' % _reason(exc))
+        except Exception as exc:  # pylint: disable=broad-except  # http.client errors: RemoteDisconnected, BadStatusLine
+            return ProbeResult(STARTING, 'no answer (%s)' % type(exc).__name__)
+        if code != 200:
+            return ProbeResult(STARTING, 'HTTP %s' % code, answered=True)
+        if isinstance(body, bytes):
+            body = body.decode('utf-8', 'replace')
+        try:
+            ids, max_len = parse_models(body, self.model)
+        except (ValueError, AttributeError):
+            return ProbeResult(STARTING, 'HTTP 200 without a model list', answered=True)
+        if self.model in ids:
+            return ProbeResult(READY, 'serves %s' % ', '.join(ids), answered=True, models=ids, max_model_len=max_len)
+        if not ids:
+            return ProbeResult(STARTING, 'HTTP 200 with no model yet', answered=True)
+        return ProbeResult(WRONG_MODEL, 'serves %s, not %s' % (', '.join(ids), self.model), answered=True, models=ids)
+
+
+def _reason(exc):
+    if isinstance(exc, socket.timeout):
+        return 'timed out'
+    text = getattr(exc, 'strerror', None) or str(exc) or type(exc).__name__
+    return text

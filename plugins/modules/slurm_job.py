@@ -1,0 +1,358 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: slurm_job
+short_description: Submit, adopt, wait for, probe and cancel a Slurm batch job by name
+version_added: 0.1.0
+description:
+  - Submits a batch script with C(sbatch --parsable) unless a live job of the same O(name) already exists for O(user)
+    (the name and the user are the idempotency key), optionally after other jobs (O(dependency)).
+  - Waits, if asked, through the chain of jobs it depends on until it runs (or completes), and until the server it starts
+    answers C(GET /v1/models) with the expected model (O(probe)).
+  - Cancels a job by id, or every live job of a name (O(state=absent)).
+  - Frugal with slurmctld, which many users share. While waiting it asks Slurm with an exponential backoff and watches, in
+    between, the job's output file and the server's port, which cost the controller nothing.
+  - Live means C(PENDING), C(CONFIGURING), C(RUNNING), C(SUSPENDED), C(STOPPED), C(RESIZING), C(SIGNALING) or a C(REQUEUE*)
+    state. A job that is C(COMPLETING) is ending and does not count. A job C(PENDING) with reason C(DependencyNeverSatisfied)
+    will never run, so O(state=present) cancels it and submits a new one.
+author:
+  - glm.serve maintainers (@glm-serve)
+extends_documentation_fragment:
+  - glm.serve.slurm
+  - glm.serve.slurm.wait
+attributes:
+  check_mode:
+    description: Predicts C(changed); submits, cancels and updates nothing, and does not wait.
+    support: full
+  diff_mode:
+    description: Not supported.
+    support: none
+  platform:
+    description: Runs on the login node of the cluster (a POSIX host with the Slurm client tools).
+    support: full
+    platforms: posix
+options:
+  name:
+    description:
+      - The job name (C(sbatch --job-name)); with O(user), the idempotency key.
+      - Required with O(state=present) unless O(job_id) is given; with O(state=absent), every live job of that name is cancelled.
+    type: str
+  state:
+    description:
+      - V(present) makes sure a live job of that name exists (submitting O(script) if there is none).
+      - V(absent) cancels O(job_id), or every live job of O(name) for O(user).
+    type: str
+    choices: [present, absent]
+    default: present
+  script:
+    description:
+      - Path of the batch script on the host. Required to submit. The module checks it exists first.
+    type: path
+  chdir:
+    description:
+      - Directory C(sbatch) runs in, so the directory where a relative C(--output) such as C(%x-%j.out) lands.
+      - Defaults to the directory of O(script).
+    type: path
+  dependency:
+    description:
+      - Jobs this job starts after, as C(--dependency) (for example C(afterok:4123:4124,singleton)).
+    type: list
+    elements: dict
+    suboptions:
+      type:
+        description: The kind of dependency.
+        type: str
+        required: true
+        choices: [afterok, afterany, afternotok, after, singleton]
+      job_ids:
+        description:
+          - Job ids (C(sbatch --parsable) output; a C(ID;cluster) value is reduced to the id). Not used by V(singleton).
+        type: list
+        elements: str
+  kill_on_invalid_dep:
+    description:
+      - Submit with C(--kill-on-invalid-dep=yes), so that Slurm cancels the job when a job it depends on fails,
+        instead of leaving it C(PENDING) (C(DependencyNeverSatisfied)) forever. Only passed with O(dependency).
+    type: bool
+    default: true
+  sbatch_args:
+    description:
+      - Extra C(sbatch) options, one per element, for example V(--time=08:00:00) or V(--partition=compute-h200).
+      - They override the script's C(#SBATCH) lines.
+    type: list
+    elements: str
+    default: []
+  umask:
+    description:
+      - Umask of the C(sbatch) process, as an octal string. The job inherits it, so with the default the job's output
+        files are readable by the user only (SGLang logs its API key at startup).
+    type: str
+    default: '0077'
+  recreate:
+    description:
+      - With O(state=present), cancel a live job of that name and submit a new one.
+    type: bool
+    default: false
+  job_id:
+    description:
+      - With O(state=absent), the job to cancel (instead of looking it up by name).
+      - With O(state=present), adopt this job instead of submitting; report it, wait for it, probe it, set its O(end_time).
+    type: str
+  end_time:
+    description:
+      - With O(state=present), the time the running job must end, C(YYYY-MM-DDTHH:MM:SS) in the cluster's time zone,
+        set with C(scontrol update JobId=N EndTime=...) when it differs from the job's current end.
+      - Only a running job is changed; users may only shorten their jobs.
+    type: str
+  probe:
+    description:
+      - With O(wait) and a job that runs a server, wait until C(http://NODE:PORT/PATH) answers HTTP 200 and lists O(probe.model).
+      - The node is the job's first node. The port is polled every second once the job runs; it costs the controller nothing.
+      - HTTP 401 fails at once (the server runs with another key). Connection refused or timeouts mean the server is still starting.
+    type: dict
+    suboptions:
+      port:
+        description: TCP port of the server.
+        type: int
+        required: true
+      path:
+        description: Path of the model list.
+        type: str
+        default: /v1/models
+      key_file:
+        description:
+          - File on the host holding the API key (first line). The key is read by the module on the host, sent only in the
+            C(Authorization) header, and never returned or logged (it is also masked in the output lines the module returns).
+        type: path
+        required: true
+      model:
+        description: The model id expected in C(data[].id).
+        type: str
+        required: true
+      timeout:
+        description: Timeout of each HTTP request, in seconds.
+        type: int
+        default: 5
+seealso:
+  - module: glm.serve.slurm_job_info
+'''
+
+EXAMPLES = r'''
+- name: Download the weights, a CPU job
+  glm.serve.slurm_job:
+    name: glm-download
+    script: "{{ ansible_facts.env.HOME | default('/home/u') }}/glm/download.sbatch"
+  register: download
+
+- name: Serve after the download succeeded, and wait until the model answers
+  glm.serve.slurm_job:
+    name: glm-serve
+    script: /home/u/glm/serve.sbatch
+    dependency:
+      - type: afterok
+        job_ids: ["{{ download.job_id }}"]
+    sbatch_args: ["--time=08:00:00", "--partition=compute-h100"]
+    wait: true
+    wait_timeout: 7200
+    probe:
+      port: 30000
+      key_file: /home/u/glm/api-key
+      model: glm-5.3-flash
+  register: serve
+
+- name: Show where it answers
+  ansible.builtin.debug:
+    msg: "{{ serve.endpoint }}/v1 serves {{ serve.models }} ({{ serve.max_model_len }} tokens)"
+
+- name: Stop serving at 18:00
+  glm.serve.slurm_job:
+    name: glm-serve
+    job_id: "{{ serve.job_id }}"
+    end_time: "2026-11-30T18:00:00"
+
+- name: Tear down, and wait until the job is gone
+  glm.serve.slurm_job:
+    name: glm-serve
+    state: absent
+    wait: true
+'''
+
+RETURN = r'''
+job_id:
+  description: The job's id (the live job found, the one submitted, or the one cancelled). None in check mode when a job would be submitted.
+  returned: always
+  type: str
+  sample: "4124"
+cluster:
+  description: The cluster of a federated submission (C(sbatch --parsable) printed C(ID;cluster)).
+  returned: always
+  type: str
+  sample: null
+name:
+  description: The job's name.
+  returned: always
+  type: str
+  sample: glm-serve
+user:
+  description: The job's user.
+  returned: always
+  type: str
+  sample: glmuser
+state:
+  description: The job's state last observed (C(PURGED) when Slurm no longer knows the id).
+  returned: always
+  type: str
+  sample: RUNNING
+reason:
+  description: Slurm's reason for the state (C(None) for a running job).
+  returned: always
+  type: str
+  sample: Dependency
+nodes:
+  description: The job's node list.
+  returned: always
+  type: str
+  sample: node1
+exit_code:
+  description: The job's exit code C(code:signal), when Slurm knows it.
+  returned: always
+  type: str
+  sample: "0:0"
+output_path:
+  description: The job's standard output file, as Slurm reports it.
+  returned: always
+  type: str
+  sample: /home/u/glm/glm-serve-4124.out
+submitted:
+  description: Whether a job was submitted (in check mode, whether one would be).
+  returned: always
+  type: bool
+cancelled:
+  description: Ids of the jobs cancelled (in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+chain:
+  description: The job's dependency parents and the job, each with job_id, name, state and reason, in that order.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{job_id: "4123", name: glm-download, state: COMPLETED, reason: None}, {job_id: "4124", name: glm-serve, state: RUNNING, reason: None}]
+duration:
+  description: Seconds spent waiting.
+  returned: always
+  type: float
+  sample: 42.5
+slurm_version:
+  description: Version of the Slurm client tools.
+  returned: always
+  type: str
+  sample: 22.05.8
+polls:
+  description: Number of squeue/scontrol calls made (each reaches slurmctld).
+  returned: always
+  type: int
+  sample: 7
+events:
+  description: What the wait observed, with the time since it started (the chain's states, the output file, the probe).
+  returned: always
+  type: list
+  elements: str
+  sample: ["+0.1s glm-download 4123 RUNNING on node1; glm-serve 4124 PENDING (Dependency)"]
+sbatch_cmd:
+  description: The C(sbatch) command line run (or that would run in check mode).
+  returned: when a job is submitted
+  type: list
+  elements: str
+end_time_changed:
+  description: The job's end time before and after O(end_time) changed it.
+  returned: when O(end_time) changed the job
+  type: dict
+endpoint:
+  description: The server's base URL C(http://NODE:PORT).
+  returned: with O(probe), once the job runs
+  type: str
+  sample: http://node1:30000
+models:
+  description: The model ids the server lists.
+  returned: with O(probe)
+  type: list
+  elements: str
+  sample: [glm-5.3-flash]
+max_model_len:
+  description: The context length the server reports for O(probe.model).
+  returned: with O(probe)
+  type: int
+  sample: 202752
+log_tail:
+  description: The last lines of the relevant job's output file (secrets masked), when the wait failed.
+  returned: on failure
+  type: list
+  elements: str
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.glm.serve.plugins.module_utils import job_actions
+from ansible_collections.glm.serve.plugins.module_utils.job_waiter import WaitFailed
+from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmCli, SlurmError
+
+JOB_STATES = ['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'COMPLETED', 'SUSPENDED', 'FAILED', 'CANCELLED',
+              'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED']
+
+
+def argument_spec():
+    return dict(
+        name=dict(type='str'),
+        state=dict(type='str', default='present', choices=['present', 'absent']),
+        script=dict(type='path'),
+        chdir=dict(type='path'),
+        dependency=dict(type='list', elements='dict', options=dict(
+            type=dict(type='str', required=True, choices=['afterok', 'afterany', 'afternotok', 'after', 'singleton']),
+            job_ids=dict(type='list', elements='str'),
+        )),
+        kill_on_invalid_dep=dict(type='bool', default=True),
+        sbatch_args=dict(type='list', elements='str', default=[]),
+        umask=dict(type='str', default='0077'),
+        recreate=dict(type='bool', default=False),
+        job_id=dict(type='str'),
+        user=dict(type='str'),
+        end_time=dict(type='str'),
+        wait=dict(type='bool', default=False),
+        wait_condition=dict(type='list', elements='str', default=['RUNNING'], choices=JOB_STATES),
+        wait_timeout=dict(type='int', default=600),
+        wait_sleep=dict(type='int', default=60),
+        probe=dict(type='dict', options=dict(
+            port=dict(type='int', required=True),
+            path=dict(type='str', default='/v1/models'),
+            key_file=dict(type='path', required=True, no_log=False),
+            model=dict(type='str', required=True),
+            timeout=dict(type='int', default=5),
+        )),
+        retry_timeout=dict(type='int', default=120),
+    )
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
+                           required_one_of=[('name', 'job_id')])
+    cli = SlurmCli(module)
+    action = job_actions.present if module.params['state'] == 'present' else job_actions.absent
+    try:
+        result = action(cli, module.params, check_mode=module.check_mode, log=module.log, warn=module.warn)
+    except (SlurmError, WaitFailed, job_actions.ActionError) as exc:
+        module.fail_json(**job_actions.fail_kwargs(exc))
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,171 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""slurm_job and slurm_job_info against the live local cluster (see conftest.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import random
+import subprocess
+import threading
+import time
+
+from conftest import CLUSTER
+
+
+def job(**args):
+    return {'name': 'slurm_job', 'glm.serve.slurm_job': args, 'ignore_errors': True}
+
+
+def info(**args):
+    return {'name': 'slurm_job_info', 'glm.serve.slurm_job_info': args, 'ignore_errors': True}
+
+
+SLEEPER = 'echo started; sleep %d; echo done\n'
+
+
+def test_submit_check_mode_idempotence_and_cancel_by_name(work):
+    name = work.name('idem')
+    script = work.script('sleep.sbatch', SLEEPER % 120)
+    args = dict(name=name, script=script)
+    (pred,), unused_proc = work.play([job(**args)], check=True)
+    assert pred['changed'] is True and pred['submitted'] is True and pred['job_id'] is None, pred
+    assert work.squeue(name) == []                      # check mode submitted nothing
+
+    results, proc = work.play([
+        job(wait=True, **args),                          # real run
+        job(**args),                                     # idempotence
+        info(name=name),
+    ])
+    first, second, listing = results
+    assert first['changed'] is True and first['state'] == 'RUNNING', first
+    assert first['output_path'] == '%s/%s-%s.out' % (work.dir, name, first['job_id'])
+    assert second['changed'] is False and second['job_id'] == first['job_id'], second
+    assert [j['job_id'] for j in listing['jobs']] == [first['job_id']]
+    assert listing['jobs'][0]['output_path'] == first['output_path']
+    assert work.squeue(name) == [(first['job_id'], 'RUNNING')]
+
+    (pred,), unused_proc = work.play([job(**args)], check=True)
+    assert pred['changed'] is False and pred['job_id'] == first['job_id']
+
+    results, unused_proc = work.play([job(name=name, state='absent', wait=True), job(name=name, state='absent')])
+    gone, again = results
+    assert gone['changed'] is True and gone['cancelled'] == [first['job_id']] and gone['state'] == 'CANCELLED', gone
+    assert again['changed'] is False and again['cancelled'] == []
+    assert work.squeue(name) == []
+
+
+def test_chain_success_waits_for_the_child_to_complete(work):
+    parent, child = work.name('dl'), work.name('srv')
+    results, unused_proc = work.play([job(name=parent, script=work.script('p.sbatch', SLEEPER % 3))])
+    (first,) = results
+    results, unused_proc = work.play([
+        job(name=child, script=work.script('c.sbatch', SLEEPER % 1), wait=True, wait_condition=['COMPLETED'], wait_timeout=120,
+            dependency=[{'type': 'afterok', 'job_ids': [first['job_id']]}]),
+    ])
+    (done,) = results
+    assert not done.get('failed'), done
+    assert done['state'] == 'COMPLETED' and done['exit_code'] == '0:0'
+    assert [(j['name'], j['state']) for j in done['chain']] == [(parent, 'COMPLETED'), (child, 'COMPLETED')]
+    assert any('PENDING (Dependency)' in e for e in done['events']), done['events']
+
+
+def test_chain_failure_with_and_without_kill_on_invalid_dep(work):
+    parent = work.name('bad')
+    kill, keep = work.name('kill'), work.name('keep')
+    bad = work.script('bad.sbatch', 'echo loading; sleep 2; echo "Error: weights not found" >&2; exit 3\n')
+    ok = work.script('ok.sbatch', SLEEPER % 1)
+    (first,), unused_proc = work.play([job(name=parent, script=bad)])
+    dep = [{'type': 'afterok', 'job_ids': [first['job_id']]}]
+    started = time.time()
+    results, unused_proc = work.play([
+        job(name=kill, script=ok, dependency=dep, wait=True, wait_timeout=60),
+        job(name=keep, script=ok, dependency=dep, kill_on_invalid_dep=False, wait=True, wait_timeout=60),
+    ])
+    took = time.time() - started
+    killed, kept = results
+    for result in (killed, kept):
+        assert result.get('failed'), result
+        assert 'can never start' in result['msg'], result['msg']
+        assert '%s %s FAILED' % (parent, first['job_id']) in result['msg']
+        assert 'exit code 3:0' in result['msg']
+        assert 'Error: weights not found' in result['msg']       # the parent's log tail
+    assert killed['state'] in ('CANCELLED', 'PENDING')
+    assert kept['state'] == 'PENDING'
+    assert took < 45, took                                       # failed at once, not at the timeout
+    assert work.squeue(keep) and work.squeue(keep)[0][1] == 'PENDING'
+
+
+def test_timeout_message_carries_the_last_state(work):
+    name = work.name('later')
+    script = work.script('s.sbatch', SLEEPER % 5)
+    results, unused_proc = work.play([job(name=name, script=script, sbatch_args=['--begin=now+3600'], wait=True, wait_timeout=6)])
+    (result,) = results
+    assert result.get('failed') and result['timed_out'] is True
+    assert 'timed out after 6s' in result['msg']
+    assert '%s %s PENDING (BeginTime)' % (name, result['job_id']) in result['msg'], result['msg']
+    assert result['state'] == 'PENDING'
+
+
+def test_controller_restart_during_a_wait(work):
+    name = work.name('restart')
+    script = work.script('s.sbatch', SLEEPER % 25)
+
+    def restart():
+        time.sleep(4)
+        subprocess.run([CLUSTER, 'restart-controller', '12'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+
+    thread = threading.Thread(target=restart)
+    thread.start()
+    try:
+        results, unused_proc = work.play([job(name=name, script=script, wait=True, wait_condition=['COMPLETED'], wait_timeout=150)])
+    finally:
+        thread.join()
+    (result,) = results
+    assert not result.get('failed'), result
+    assert result['state'] == 'COMPLETED'
+
+
+def _probe_setup(work):
+    """A saved container image and a model made with the hf stand-in, in a CPU job."""
+    setup = work.script('setup.sbatch', (
+        'set -e\n'
+        'srun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
+        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': work.dir})
+    return setup
+
+
+def _serve_script(work, port):
+    return work.script('serve.sbatch', (
+        'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=3 GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
+        'export KEY=$(cat %(d)s/api-key)\n'
+        'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server '
+        '--model-path %(d)s/model --served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" '
+        '--host 0.0.0.0 --port %(p)d\'\n') % {'d': work.dir, 'p': port}, sbatch=('--output=%x-%j.out', '--cpus-per-task=2', '--mem=2G'))
+
+
+def test_probe_against_the_sglang_standin_and_the_401_path(work):
+    setup, serve = work.name('setup'), work.name('serve')
+    key = 'itkey-%s' % work.id
+    work.file('api-key', key + '\n', mode=0o600)
+    work.file('other-key', 'not-the-key\n', mode=0o600)
+    port = random.randint(31000, 39000)
+    probe = {'port': port, 'key_file': '%s/api-key' % work.dir, 'model': 'glm-5.3-flash', 'timeout': 3}
+    wrong = dict(probe, key_file='%s/other-key' % work.dir)
+    (prep,), unused_proc = work.play([job(name=setup, script=_probe_setup(work))])
+    results, proc = work.play([
+        job(name=serve, script=_serve_script(work, port), wait=True, wait_timeout=120, probe=probe,
+            dependency=[{'type': 'afterok', 'job_ids': [prep['job_id']]}]),
+        job(name=serve, script=_serve_script(work, port), wait=True, wait_timeout=30, probe=wrong),
+    ])
+    ready, unauthorized = results
+    assert not ready.get('failed'), ready
+    assert ready['endpoint'] == 'http://%s:%d' % (ready['nodes'], port)
+    assert ready['models'] == ['glm-5.3-flash'] and ready['max_model_len'] == 202752
+    assert [j['name'] for j in ready['chain']] == [setup, serve]
+    assert unauthorized.get('failed') and unauthorized['changed'] is False
+    assert 'another key than %s/other-key' % work.dir in unauthorized['msg']
+    assert key not in proc.stdout and key not in proc.stderr          # the key never leaves the host
+    assert 'not-the-key' not in proc.stdout

@@ -1,0 +1,321 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""slurm_job and slurm_job_info with run_command mocked: the exact command lines they run."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.common.text.converters import to_bytes
+
+from ansible_collections.glm.serve.plugins.modules import slurm_job, slurm_job_info
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures')
+FMT = sp.squeue_format()
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name)) as handle:
+        return handle.read()
+
+
+class ExitJson(Exception):
+    pass
+
+
+class FailJson(Exception):
+    pass
+
+
+def set_module_args(args):
+    try:
+        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
+    except ImportError:
+        patch_module_args = None
+    if patch_module_args is not None:
+        return patch_module_args(args)
+    basic._ANSIBLE_ARGS = to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+
+    class _Null:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+    return _Null()
+
+
+def squeue_row(job_id, state, name='glm-serve', reason='None', nodes='', user='glmuser', dependency='(null)'):
+    return sp.SEP.join([job_id, state, reason, nodes, user, 'compute-h100', '0:05', '8:00:00', 'N/A', dependency,
+                        '/home/glmuser/glm', name]) + '\n'
+
+
+def scontrol(job_id, state, name='glm-serve', reason='None', nodes='(null)', end='Unknown'):
+    return ('JobId=%s JobName=%s\n   UserId=glmuser(1001) GroupId=glmuser(1001) MCS_label=N/A\n'
+            '   JobState=%s Reason=%s Dependency=(null)\n   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n'
+            '   RunTime=00:00:05 TimeLimit=08:00:00 TimeMin=N/A\n   StartTime=Unknown EndTime=%s Deadline=N/A\n'
+            '   Partition=compute-h100 AllocNode:Sid=localhost:1\n   NodeList=%s\n'
+            '   WorkDir=/home/glmuser/glm\n   StdOut=/home/glmuser/glm/%s-%s.out\n\n') % (
+                job_id, name, state, reason, end, nodes, name, job_id)
+
+
+class Slurm:
+    """Answers run_command from a list of (argv prefix, (rc, out, err)); records every call."""
+
+    def __init__(self, version='slurm-wlm 22.05.8\n'):
+        self.calls = []
+        self.rules = [(['/usr/bin/squeue', '--version'], (0, version, ''))]
+
+    def on(self, argv, rc=0, out='', err=''):
+        self.rules.insert(0, (argv, (rc, out, err)))
+        return self
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append((list(argv), kwargs))
+        for prefix, answer in self.rules:
+            if list(argv[:len(prefix)]) == prefix:
+                return answer
+        raise AssertionError('unexpected command %r' % (argv,))
+
+    def argvs(self, binary=None):
+        return [a for a, _k in self.calls if binary is None or a[0].endswith('/' + binary)]
+
+
+@pytest.fixture
+def run(monkeypatch, tmp_path):
+    def exit_json(module, **kwargs):
+        raise ExitJson(kwargs)
+
+    def fail_json(module, **kwargs):
+        raise FailJson(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
+    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda self, name, required=False, opt_dirs=None: '/usr/bin/' + name)
+    monkeypatch.setattr('ansible_collections.glm.serve.plugins.module_utils.job_actions.current_user', lambda: 'glmuser')
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\necho hi\n')
+
+    def runner(module, args, slurm, check_mode=False):
+        monkeypatch.setattr(basic.AnsibleModule, 'run_command', lambda mod, argv, **kw: slurm(argv, **kw))
+        if check_mode:
+            args = dict(args, _ansible_check_mode=True)
+        with set_module_args(args):
+            with pytest.raises((ExitJson, FailJson)) as exc:
+                module.main()
+        return exc.type is ExitJson, exc.value.args[0]
+
+    runner.script = str(script)
+    runner.dir = str(tmp_path)
+    return runner
+
+
+LOOKUP = ['/usr/bin/squeue', '--local', '-h', '-n', 'glm-serve', '-u', 'glmuser', '-o', FMT]
+
+
+def test_submit_exact_argv_with_dependency_umask_and_chdir(run):
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4124\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'PENDING', reason='Dependency'))
+    ok, result = run(slurm_job, {
+        'name': 'glm-serve', 'script': run.script,
+        'dependency': [{'type': 'afterok', 'job_ids': ['4123']}, {'type': 'singleton'}],
+        'sbatch_args': ['--time=08:00:00', '--partition=compute-h200'],
+    }, slurm)
+    assert ok, result
+    (sbatch, kwargs), = [(a, k) for a, k in slurm.calls if a[0] == '/usr/bin/sbatch']
+    assert sbatch == ['/usr/bin/sbatch', '--parsable', '--job-name=glm-serve', '--dependency=afterok:4123,singleton',
+                      '--kill-on-invalid-dep=yes', '--time=08:00:00', '--partition=compute-h200', run.script]
+    assert kwargs['cwd'] == run.dir
+    assert kwargs['umask'] == 0o077
+    assert result['changed'] is True and result['submitted'] is True
+    assert result['job_id'] == '4124' and result['state'] == 'PENDING' and result['reason'] == 'Dependency'
+    assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'
+    assert result['slurm_version'] == '22.05.8'
+    assert result['polls'] == 2  # the lookup by name and scontrol show job
+
+
+def test_submit_kill_on_invalid_dep_no_and_federated_id(run):
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='77;west\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '77'], out=scontrol('77', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'kill_on_invalid_dep': False, 'umask': '0027',
+                                 'chdir': '/tmp', 'dependency': [{'type': 'afterany', 'job_ids': ['5;west', '6']}]}, slurm)
+    assert ok, result
+    (sbatch, kwargs), = [(a, k) for a, k in slurm.calls if a[0] == '/usr/bin/sbatch']
+    assert sbatch[2:5] == ['--job-name=glm-serve', '--dependency=afterany:5:6', '--kill-on-invalid-dep=no']
+    assert kwargs['cwd'] == '/tmp' and kwargs['umask'] == 0o027
+    assert result['cluster'] == 'west' and result['job_id'] == '77'
+
+
+def test_live_job_is_idempotent(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, slurm)
+    assert ok and result['changed'] is False and result['submitted'] is False
+    assert result['job_id'] == '4124' and result['nodes'] == 'node1'
+    assert slurm.argvs('sbatch') == [] and slurm.argvs('scancel') == []
+
+
+def test_check_mode_submits_nothing(run):
+    slurm = Slurm().on(LOOKUP)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'wait': True}, slurm, check_mode=True)
+    assert ok and result['changed'] is True and result['submitted'] is True and result['job_id'] is None
+    assert slurm.argvs('sbatch') == [] and slurm.argvs('scancel') == []
+
+
+def test_check_mode_recreate_cancels_nothing(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'recreate': True}, slurm, check_mode=True)
+    assert ok and result['changed'] is True and result['cancelled'] == ['4124']
+    assert slurm.argvs('sbatch') == [] and slurm.argvs('scancel') == []
+
+
+def test_recreate_cancels_then_submits(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING')).on(['/usr/bin/scancel']).on(
+        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'recreate': True}, slurm)
+    assert ok and result['cancelled'] == ['4124'] and result['job_id'] == '4125'
+    assert slurm.argvs('scancel') == [['/usr/bin/scancel', '4124']]
+    binaries = [a[0] for a, _k in slurm.calls]
+    assert binaries.index('/usr/bin/scancel') < binaries.index('/usr/bin/sbatch')
+
+
+def test_dead_pending_job_is_replaced(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'PENDING', reason='DependencyNeverSatisfied')).on(['/usr/bin/scancel']).on(
+        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, slurm)
+    assert ok and result['changed'] and result['cancelled'] == ['4124'] and result['job_id'] == '4125'
+
+
+def test_missing_script_fails_before_sbatch(run):
+    slurm = Slurm().on(LOOKUP)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': '/nonexistent/serve.sbatch'}, slurm)
+    assert not ok and 'does not exist' in result['msg']
+    assert slurm.argvs('sbatch') == []
+
+
+def test_sbatch_rejection_names_cause_and_fix(run):
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], rc=1, err=fixture('sbatch_invalid_partition.stderr'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'sbatch_args': ['--partition=compute-a100']}, slurm)
+    assert not ok
+    assert 'Invalid partition name specified' in result['msg'] and 'sinfo -s' in result['msg']
+    assert result['rc'] == 1 and 'invalid partition specified: compute-a100' in result['stderr']
+    assert result['cmd'][0] == '/usr/bin/sbatch'
+
+
+def test_absent_by_name_cancels_live_jobs(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('11', 'RUNNING') + squeue_row('12', 'PENDING', reason='Priority')).on(['/usr/bin/scancel'])
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'state': 'absent'}, slurm)
+    assert ok and result['changed'] is True and result['cancelled'] == ['12', '11']
+    assert slurm.argvs('squeue')[-1] == LOOKUP
+    assert slurm.argvs('scancel') == [['/usr/bin/scancel', '12', '11']]
+
+
+def test_absent_nothing_live_is_unchanged(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('11', 'COMPLETING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'state': 'absent'}, slurm)
+    assert ok and result['changed'] is False and result['cancelled'] == []
+    assert slurm.argvs('scancel') == []
+
+
+def test_absent_by_id_of_purged_job_is_unchanged(run):
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '999'], rc=1, err=fixture('scontrol_invalid.stderr'))
+    ok, result = run(slurm_job, {'job_id': '999', 'state': 'absent'}, slurm)
+    assert ok and result['changed'] is False and result['state'] == 'PURGED'
+
+
+def test_absent_by_id_with_wait(run):
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '12'], out=scontrol('12', 'RUNNING', nodes='node1'))
+    slurm.on(['/usr/bin/scancel'])
+
+    def cancelled(argv):
+        slurm.on(['/usr/bin/scontrol', '--local', 'show', 'job', '12'], out=scontrol('12', 'CANCELLED', nodes='node1'))
+    original = slurm.__call__
+
+    def call(argv, **kwargs):
+        answer = original(argv, **kwargs)
+        if argv[0] == '/usr/bin/scancel':
+            cancelled(argv)
+        return answer
+    ok, result = run(slurm_job, {'job_id': '12', 'state': 'absent', 'wait': True, 'wait_timeout': 30}, call)
+    assert ok and result['changed'] and result['cancelled'] == ['12'] and result['state'] == 'CANCELLED'
+    assert slurm.argvs('scancel') == [['/usr/bin/scancel', '12']]
+
+
+def test_version_22_05_polls_with_scontrol(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'COMPLETED', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'wait': True, 'wait_condition': ['COMPLETED']}, slurm)
+    assert ok and result['state'] == 'COMPLETED'
+    assert not [a for a in slurm.argvs('squeue') if '--only-job-state' in a]
+
+
+def test_version_23_11_polls_with_only_job_state(run, monkeypatch):
+    slurm = Slurm(version='slurm 24.11.1\n').on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
+    state_argv = ['/usr/bin/squeue', '--local', '-h', '--only-job-state', '-t', 'all', '-j', '4124', '-o', '%i\x1f%T']
+    slurm.on(state_argv, out='4124\x1fRUNNING\n')
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'wait': True, 'wait_condition': ['COMPLETED'],
+                                 'wait_timeout': 2}, slurm)
+    assert not ok and result['timed_out'] and 'timed out' in result['msg']
+    assert state_argv in slurm.argvs('squeue')
+    assert result['slurm_version'] == '24.11.1'
+
+
+def test_end_time_update_only_when_different(run):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1', end='2026-11-30T20:00:00'))
+    slurm.on(['/usr/bin/scontrol', 'update'])
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'end_time': '2026-11-30T18:00'}, slurm)
+    assert ok and result['changed'] is True
+    assert ['/usr/bin/scontrol', 'update', 'JobId=4124', 'EndTime=2026-11-30T18:00:00'] in slurm.argvs('scontrol')
+    slurm2 = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1', end='2026-11-30T18:00:00'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'end_time': '2026-11-30T18:00:00'}, slurm2)
+    assert ok and result['changed'] is False
+    assert not [a for a in slurm2.argvs('scontrol') if 'update' in a]
+
+
+def test_transient_lookup_error_is_retried(run, monkeypatch):
+    monkeypatch.setattr('time.sleep', lambda s: None)
+    answers = [(1, '', fixture('squeue_down.stderr')), (0, '', '')]
+    slurm = Slurm().on(['/usr/bin/sbatch'], out='5\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '5'], out=scontrol('5', 'PENDING'))
+
+    def call(argv, **kwargs):
+        if argv[:2] == ['/usr/bin/squeue', '--local']:
+            slurm.calls.append((list(argv), kwargs))
+            return answers.pop(0)
+        return slurm(argv, **kwargs)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    assert ok and result['job_id'] == '5'
+    assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2
+
+
+def test_info_by_name(run):
+    argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-n', 'glm-serve', '-u', 'glmuser', '-o', FMT]
+    slurm = Slurm().on(argv, out=squeue_row('4124', 'RUNNING', nodes='node1') + squeue_row('4120', 'COMPLETED')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4120'], out=scontrol('4120', 'COMPLETED'))
+    ok, result = run(slurm_job_info, {'name': 'glm-serve'}, slurm)
+    assert ok and result['changed'] is False
+    assert [j['job_id'] for j in result['jobs']] == ['4120', '4124']
+    assert result['jobs'][1]['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'
+    assert result['jobs'][1]['partition'] == 'compute-h100' and result['jobs'][1]['exit_code'] == '0:0'
+
+
+def test_info_by_ids_falls_back_to_scontrol_and_reports_missing(run):
+    argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-j', '5,6', '-o', FMT]
+    slurm = Slurm().on(argv, rc=1, err=fixture('squeue_invalid.stderr')).on(
+        ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-j', '5', '-o', FMT], rc=1, err=fixture('squeue_invalid.stderr')).on(
+        ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-j', '6', '-o', FMT], out=squeue_row('6', 'FAILED')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '5'], rc=1, err=fixture('scontrol_invalid.stderr')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '6'], out=scontrol('6', 'FAILED'))
+    ok, result = run(slurm_job_info, {'job_ids': ['5', '6'], 'details': True}, slurm, check_mode=True)
+    assert ok and [j['job_id'] for j in result['jobs']] == ['6'] and result['missing'] == ['5']
