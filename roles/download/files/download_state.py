@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Report, as JSON on stdout, what the download job still has to do.
 
 Usage: download_state.py MODEL_DIR IMAGE
