@@ -103,6 +103,12 @@ install_packages() {
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } || rc=$?
   if [ -n "$made_policy" ]; then rm -f "$policy"; fi
   [ "$rc" -eq 0 ] || die "apt-get failed ($rc)"
+  # On a machine run by systemd, the packages enable their own munge/slurmctld/slurmd units, which would start
+  # at the next boot on /etc/slurm/slurm.conf (our link) and hold the ports. This cluster is started by hand.
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl mask --now munge.service slurmctld.service slurmd.service >/dev/null 2>&1 ||
+      log "could not mask the packages' munge/slurmctld/slurmd units; stop them before 'start'"
+  fi
 }
 
 make_dirs() {
