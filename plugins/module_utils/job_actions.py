@@ -12,8 +12,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import os
 import pwd
+import re
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
@@ -102,6 +109,144 @@ def details(cli, job, retry_timeout):
     return job
 
 
+class SubmitLock:
+    """An exclusive ``flock`` on a lock file, held around "look for a live job of this name, else submit", so that
+    two runs on the same login node (two playbooks started at once) submit one job, not two.
+
+    The file is made 0600 and left in place (removing it would race with the next holder). When it cannot be
+    made or locked, the module warns and goes on without it; the check after sbatch still removes a duplicate.
+    """
+
+    def __init__(self, path, clock, timeout=120, warn=None, poll=0.2):
+        self.path = path
+        self.clock = clock
+        self.timeout = timeout
+        self.warn = warn or (lambda msg: None)
+        self.poll = poll
+        self.fd = None
+        self.waited = 0.0
+
+    def __enter__(self):
+        if not self.path or fcntl is None:
+            return self
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except (IOError, OSError) as exc:
+            self.warn('cannot create the lock file %s (%s): submitting without it' % (self.path, exc))
+            return self
+        start = self.clock.now()
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.waited = self.clock.now() - start
+                return self
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    self.warn('cannot lock %s (%s): submitting without it' % (self.path, exc))
+                    self._close()
+                    return self
+            if self.clock.now() - start >= self.timeout:
+                self.warn('%s stayed locked for %ds by another run: submitting without it' % (self.path, self.timeout))
+                self._close()
+                return self
+            self.clock.sleep(self.poll)
+
+    def _close(self):
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            finally:
+                self.fd = None
+
+    def __exit__(self, *exc_info):
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                self._close()
+        return False
+
+
+def lock_path(params, name, user):
+    """The lock file of name+user: next to where sbatch runs (chdir, else the script's folder)."""
+    folder = params.get('chdir') or (os.path.dirname(os.path.abspath(params['script'])) if params.get('script') else None)
+    if not folder or not os.path.isdir(folder):
+        return None
+    safe = re.sub(r'[^A-Za-z0-9._-]', '_', '%s-%s' % (user, name))
+    return os.path.join(folder, '.slurm_job-%s.lock' % safe)
+
+
+def compile_hints(hints):
+    """Check the hints' patterns; returns [(compiled, hint, job)]. Raises ActionError naming a bad pattern."""
+    compiled = []
+    for index, hint in enumerate(hints or []):
+        try:
+            compiled.append((re.compile(hint['match'], re.IGNORECASE | re.MULTILINE), hint['hint'], hint.get('job')))
+        except re.error as exc:
+            raise ActionError('hints[%d].match %r is not a valid regular expression: %s' % (index, hint['match'], exc))
+    return compiled
+
+
+def matching_hints(hints, exc):
+    """The hint texts whose pattern matches the failed job's "STATE REASON EXIT_CODE", the failure message and
+    the log tail; a hint with ``job`` applies only when that job (name or id) is the one that failed."""
+    failed = getattr(exc, 'failed_job', None) or getattr(exc, 'job', None) or {}
+    text = '\n'.join(['%s %s %s' % (failed.get('state') or '', failed.get('reason') or '', failed.get('exit_code') or ''),
+                      exc.msg] + list(getattr(exc, 'log_tail', None) or []))
+    found = []
+    for pattern, hint, job in hints:
+        if job and job not in (failed.get('name'), failed.get('job_id')):
+            continue
+        if pattern.search(text):
+            hint = hint.replace('{job_id}', str(failed.get('job_id') or '?')).replace('{name}', str(failed.get('name') or '?'))
+            hint = hint.replace('{log}', str(getattr(exc, 'log_path', None) or failed.get('output_path') or '?'))
+            if hint not in found:
+                found.append(hint)
+    return found
+
+
+def add_hints(msg, hints):
+    """The message with the hints inserted before the log tail (or at the end)."""
+    if not hints:
+        return msg
+    text = '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in hints)
+    cut = msg.find('. Last lines of ')
+    if cut < 0:
+        cut = msg.find('. Its output file ')
+    if cut < 0:
+        return msg.rstrip('.') + text
+    return msg[:cut] + text[:-1] + msg[cut:]
+
+
+def submitted_before(cli, job, path, retry_timeout):
+    """True when the job was submitted before path was last modified (a job submitted after it starts with what
+    the file holds now). A missing file or an unknown submit time: False."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except (IOError, OSError):
+        return False
+    submitted = sp.parse_time(job.get('submit_time'))
+    if submitted is None:
+        shown = cli.retry(cli.show_job, retry_timeout, job['job_id'])
+        submitted = sp.parse_time((shown or {}).get('submit_time'))
+    # Slurm's times have whole seconds: a job submitted in the same second as the change counts as after it
+    return submitted is not None and submitted < int(mtime)
+
+
+def script_changed(cli, job, script, warn):
+    """True when the script Slurm stored for the live job differs from the script file now."""
+    try:
+        with open(script, 'rb') as handle:
+            current = handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError):
+        return False
+    stored = cli.batch_script(job['job_id'])
+    if stored is None:
+        warn('Slurm did not give the batch script of job %s (scontrol write batch_script): it is kept as it is' % job['job_id'])
+        return False
+    return stored != current
+
+
 def make_probe(params):
     probe = params.get('probe')
     if not probe:
@@ -123,14 +268,23 @@ def parse_umask(value):
 
 
 def run_wait(cli, params, job_id, result, known=None, parents=(), until_gone=False, clock=None, log=None, files=None,
-             probe=None, secrets=(), timeout=None):
+             probe=None, secrets=(), timeout=None, hints=()):
     waiter = JobWaiter(
         cli, job_id, success=params.get('wait_condition') or ['RUNNING'],
         timeout=timeout if timeout is not None else params['wait_timeout'], sleep_cap=params['wait_sleep'],
-        parents=parents, probe=probe, clock=clock, files=files, log=log, secrets=secrets, until_gone=until_gone, known=known)
+        parents=parents, probe=probe, clock=clock, files=files, log=log, secrets=secrets, until_gone=until_gone, known=known,
+        cancel_dead=params.get('kill_on_invalid_dep', True) and not until_gone)
     try:
         outcome = waiter.wait()
     except WaitFailed as exc:
+        found = matching_hints(hints, exc)
+        if found:
+            exc.msg = add_hints(exc.msg, found)
+            result['hints'] = found
+        for cancelled in exc.cancelled:
+            if cancelled not in result['cancelled']:
+                result['cancelled'].append(cancelled)
+                result['changed'] = True
         fill_job(result, exc.job)
         result['chain'] = chain_entries(exc.chain)
         result['events'] = list(waiter.events)
@@ -183,6 +337,7 @@ def present(cli, params, check_mode=False, clock=None, log=None, warn=None, file
     user = params.get('user') or current_user()
     name = params.get('name')
     result = base_result(cli, user, name)
+    hints = compile_hints(params.get('hints'))
     probe, secrets = make_probe(params) if params.get('wait') and not check_mode else (None, ())
     dep_ids = [str(i).split(';', 1)[0] for d in (params.get('dependency') or []) for i in (d.get('job_ids') or [])]
     try:
@@ -195,19 +350,9 @@ def present(cli, params, check_mode=False, clock=None, log=None, warn=None, file
         else:
             if not name:
                 raise ActionError('state=present needs name (the job name, with user the idempotency key) or job_id')
-            live = find_live(cli, name, user, retry_timeout)
-            dead = [j for j in live if is_dead_pending(j)]
-            live = [j for j in live if not is_dead_pending(j)]
-            to_cancel = [j['job_id'] for j in dead]
-            if live and not params.get('recreate'):
-                job = live[0]
-                if len(live) > 1:
-                    warn('%d live jobs are named %s for user %s (%s): using the newest' % (
-                        len(live), name, user, ', '.join(j['job_id'] for j in live)))
-            else:
-                to_cancel += [j['job_id'] for j in live]
-            if job is None:
-                job = submit(cli, params, name, user, to_cancel, result, check_mode, retry_timeout, warn)
+            lock = SubmitLock(None if check_mode else lock_path(params, name, user), cli.clock, retry_timeout, warn)
+            with lock:
+                job = find_or_submit(cli, params, name, user, result, check_mode, retry_timeout, warn)
         if job is not None and job.get('job_id'):
             result['job_id'] = job['job_id']
             if not check_mode or not result['submitted']:
@@ -216,7 +361,7 @@ def present(cli, params, check_mode=False, clock=None, log=None, warn=None, file
             result['chain'] = chain_entries([job])
         if params.get('wait') and not check_mode and result['job_id']:
             outcome = run_wait(cli, params, result['job_id'], result, known=job, parents=dep_ids, clock=clock, log=log,
-                               files=files, probe=probe, secrets=secrets)
+                               files=files, probe=probe, secrets=secrets, hints=hints)
             job = outcome['job']
         if job is not None and job.get('job_id') and params.get('end_time'):
             apply_end_time(cli, params, job, result, check_mode, warn)
@@ -226,6 +371,56 @@ def present(cli, params, check_mode=False, clock=None, log=None, warn=None, file
     finally:
         result['polls'] = cli.polls
     return result
+
+
+def find_or_submit(cli, params, name, user, result, check_mode, retry_timeout, warn):
+    """Adopt the live job of name+user, or cancel what must go and submit. Run under SubmitLock."""
+    live = find_live(cli, name, user, retry_timeout)
+    dead = [j for j in live if is_dead_pending(j)]
+    live = [j for j in live if not is_dead_pending(j)]
+    to_cancel = [j['job_id'] for j in dead]
+    job = None
+    older_than = params.get('recreate_if_older_than')
+    if live and not params.get('recreate') and older_than and submitted_before(cli, live[0], older_than, retry_timeout):
+        result['older_than'] = older_than
+        to_cancel += [j['job_id'] for j in live]
+        live = []
+    if live and not params.get('recreate'):
+        job = live[0]
+        if len(live) > 1:
+            warn('%d live jobs are named %s for user %s (%s): using the newest' % (
+                len(live), name, user, ', '.join(j['job_id'] for j in live)))
+        if params.get('recreate_on_change') and params.get('script') and script_changed(cli, job, params['script'], warn):
+            result['script_changed'] = True
+            job = None
+    if job is None:
+        to_cancel += [j['job_id'] for j in live]
+        job = submit(cli, params, name, user, to_cancel, result, check_mode, retry_timeout, warn)
+        if not check_mode and job.get('job_id'):
+            job = keep_oldest(cli, job, name, user, to_cancel, result, retry_timeout, warn)
+    return job
+
+
+def keep_oldest(cli, job, name, user, to_cancel, result, retry_timeout, warn):
+    """After sbatch: when another live job of name+user appeared meanwhile (a run on another login node, without
+    the shared lock), keep the oldest and cancel ours if it is not, so that one job remains."""
+    try:
+        live = find_live(cli, name, user, retry_timeout)
+    except SlurmError:
+        return job
+    others = [j for j in live if j['job_id'] != job['job_id'] and j['job_id'] not in to_cancel and not is_dead_pending(j)]
+    if not others:
+        return job
+    oldest = min(others, key=lambda j: _id_key(j['job_id']))
+    if _id_key(oldest['job_id']) > _id_key(job['job_id']):
+        return job  # ours is the oldest: the other run cancels its own
+    cli.retry(cli.cancel, retry_timeout, [job['job_id']])
+    warn('job %s of name %s was submitted by another run at the same time: it is adopted, and job %s (this run\'s) '
+         'was cancelled' % (oldest['job_id'], name, job['job_id']))
+    result['cancelled'].append(job['job_id'])
+    result['submitted'] = False
+    result['cluster'] = None
+    return oldest
 
 
 def submit(cli, params, name, user, to_cancel, result, check_mode, retry_timeout, warn):

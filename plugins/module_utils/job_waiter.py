@@ -24,14 +24,22 @@ __metaclass__ = type
 import os
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
-from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmTransientError, SystemClock
+from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError, SystemClock
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 class WaitFailed(Exception):
     """The wait ended without success. Carries what was last observed, for the module's result."""
 
-    def __init__(self, msg, job=None, chain=None, log_tail=None, timed_out=False, log_path=None):
+    def __init__(self, msg, job=None, chain=None, log_tail=None, timed_out=False, log_path=None, failed_job=None,
+                 cancelled=None):
         super(WaitFailed, self).__init__(msg)
         self.msg = msg
         self.job = job
@@ -39,6 +47,10 @@ class WaitFailed(Exception):
         self.log_tail = log_tail or []
         self.log_path = log_path
         self.timed_out = timed_out
+        #: the job whose state and log explain the failure: the job waited for, or the parent that failed
+        self.failed_job = failed_job if failed_job is not None else job
+        #: ids the waiter cancelled because they could never run
+        self.cancelled = list(cancelled or [])
 
 
 class LocalFiles:
@@ -131,6 +143,24 @@ def describe(job):
     return text
 
 
+#: What a failure state means, in words (Slurm's state names are terse).
+STATE_MEANINGS = {
+    'CANCELLED': 'it was cancelled (scancel by you, another session or an administrator, or a teardown)',
+    'TIMEOUT': 'it reached its time limit (--time)',
+    'NODE_FAIL': 'its node failed',
+    'OUT_OF_MEMORY': 'it used more host memory than it asked for (--mem)',
+    'BOOT_FAIL': 'its node failed to boot',
+    'DEADLINE': 'it reached its --deadline',
+    'PREEMPTED': 'a job of higher priority preempted it',
+    'FAILED': 'it exited with a non-zero code',
+}
+
+
+def waiting_for_node(job):
+    """True for a PENDING job that waits for a free node (a reason of RESOURCE_REASONS)."""
+    return bool(job) and job.get('state') == 'PENDING' and job.get('reason') in sp.RESOURCE_REASONS
+
+
 def chain_summary(chain):
     return '; '.join(describe(j) for j in chain)
 
@@ -177,7 +207,7 @@ class JobWaiter:
 
     def __init__(self, cli, job_id, success=('RUNNING',), timeout=600, sleep_cap=60, parents=(), probe=None,
                  clock=None, files=None, log=None, secrets=(), until_gone=False, known=None,
-                 base=1.0, tick=0.5, probe_interval=1.0, min_gap=1.0):
+                 base=1.0, tick=0.5, probe_interval=1.0, min_gap=1.0, cancel_dead=False):
         self.cli = cli
         self.job_id = str(job_id)
         self.success = set(success)
@@ -194,6 +224,7 @@ class JobWaiter:
         self.tick = tick
         self.probe_interval = probe_interval
         self.min_gap = min_gap
+        self.cancel_dead = cancel_dead
 
         self.jobs = {}             # job_id -> last job dict seen
         if known:
@@ -210,6 +241,8 @@ class JobWaiter:
         self._skipped = 0
         self._parent_changed = False
         self.target_changed = False
+        self._ran = False          # the job was seen RUNNING (a later PENDING means Slurm requeued it)
+        self._restarts = None      # its Restarts count when first seen
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -306,7 +339,10 @@ class JobWaiter:
         after = dict((i, (j.get('state'), j.get('reason'))) for i, j in self.jobs.items())
         self._parent_changed = any(before.get(p) != after.get(p) for p in self.parent_ids if p in before)
         self.target_changed = before.get(self.job_id) != after.get(self.job_id)
-        self._event(chain_summary(self.chain()))
+        summary = chain_summary(self.chain())
+        if waiting_for_node(self.jobs.get(self.job_id)):
+            summary += ': waiting for a free node'
+        self._event(summary)
         if not self.until_gone:
             for jid in [self.job_id] + self.parent_ids:
                 if jid in self.jobs and (self.jobs[jid].get('state') not in sp.TERMINAL_STATES or jid == self.job_id):
@@ -336,6 +372,8 @@ class JobWaiter:
         tail = self.tail(self.job_id)
         msg = 'job %s (%s) ended %s (reason %s, exit code %s)' % (
             job['job_id'], job.get('name'), job.get('state'), job.get('reason') or 'none', job.get('exit_code') or 'unknown')
+        if job.get('state') in STATE_MEANINGS:
+            msg += ': %s' % STATE_MEANINGS[job['state']]
         if job.get('state') == 'COMPLETED':
             msg = 'job %s (%s) COMPLETED (exit code %s) before reaching %s: the job ended before reaching %s; ' \
                   'add COMPLETED to wait_condition if a finished job is what you wait for' % (
@@ -361,11 +399,37 @@ class JobWaiter:
                 parent = self._merge(shown)
         path = self._output_path(parent_id) if parent_id else None
         tail = read_tail(path, self.files, secrets=self.secrets) if path else []
-        how = 'Slurm cancelled it (kill_on_invalid_dep)' if job.get('state') == 'CANCELLED' else \
-            'it stays PENDING (DependencyNeverSatisfied) until cancelled'
-        msg = 'job %s (%s) can never start: its dependency %s failed: %s, exit code %s; %s' % (
-            job['job_id'], job.get('name'), job.get('dependency') or '?', describe(parent) if parent.get('state') else
-            'job %s (purged)' % parent_id, parent.get('exit_code') or 'unknown', how)
+        cancelled = []
+        if job.get('state') == 'CANCELLED':
+            how = 'Slurm cancelled it (kill_on_invalid_dep)'
+        elif self.cancel_dead:
+            # Slurm would keep it PENDING (DependencyNeverSatisfied) forever where the site lacks kill_invalid_depend
+            # and the sbatch flag did not apply: it would hold its place in the queue for nothing.
+            try:
+                self.cli.cancel([job['job_id']])
+                cancelled.append(job['job_id'])
+                how = 'so it was cancelled (scancel %s), since it could never run' % job['job_id']
+            except SlurmError as exc:
+                how = 'it stays PENDING (DependencyNeverSatisfied) and cancelling it failed (%s): run scancel %s' % (
+                    exc.msg, job['job_id'])
+        else:
+            how = 'it stays PENDING (DependencyNeverSatisfied) until cancelled: run scancel %s' % job['job_id']
+        parent_state = parent.get('state')
+        msg = 'job %s (%s) can never start: its dependency %s failed: %s, exit code %s%s; %s' % (
+            job['job_id'], job.get('name'), job.get('dependency') or '?', describe(parent) if parent_state else
+            'job %s (purged)' % parent_id, parent.get('exit_code') or 'unknown',
+            ' (%s)' % STATE_MEANINGS[parent_state] if parent_state in STATE_MEANINGS else '', how)
+        msg += self._tail_text(path, tail)
+        raise WaitFailed(msg, job=job, chain=self.chain(), log_tail=tail, log_path=path, failed_job=parent,
+                         cancelled=cancelled)
+
+    def _fail_requeued(self, job):
+        path = self._output_path(self.job_id)
+        tail = self.tail(self.job_id)
+        msg = 'job %s (%s) was requeued by Slurm after it had started (now %s, restarts %s): its node failed or an ' \
+              'administrator requeued it, so what it ran is gone. Slurm starts it again when a node is free; ' \
+              'wait for it again (the job is adopted), or cancel it with scancel %s' % (
+                  job['job_id'], job.get('name'), describe(job), job.get('restarts') or '?', job['job_id'])
         msg += self._tail_text(path, tail)
         raise WaitFailed(msg, job=job, chain=self.chain(), log_tail=tail, log_path=path)
 
@@ -377,8 +441,24 @@ class JobWaiter:
             if state in sp.LIVE_STATES or state in sp.ENDING_STATES:
                 return None
             return 'success'
+        if state == 'RUNNING':
+            self._ran = True
+        restarts = _int(job.get('restarts'))
+        if self._restarts is None:
+            self._restarts = restarts
+        requeued = state in sp.REQUEUE_STATES or (state == 'PENDING' and (
+            self._ran or (restarts is not None and self._restarts is not None and restarts > self._restarts)))
+        if requeued and not (self.success & (sp.REQUEUE_STATES | set(['PENDING']))):
+            self._fail_requeued(job)
+        if state in sp.FAILED_STATES:
+            # a job cancelled by Slurm because a parent failed: read the parents not seen yet, to name the one
+            for pid in self.parent_ids:
+                if not (self.jobs.get(pid) or {}).get('state'):
+                    shown = self.cli.show_job(pid)
+                    if shown:
+                        self._merge(shown)
         parents = [self.jobs[p] for p in self.parent_ids if p in self.jobs]
-        if state in ('PENDING', 'CANCELLED') and (job.get('reason') == sp.NEVER_SATISFIED or state == 'PENDING'):
+        if state in ('PENDING', 'CANCELLED'):
             parent = never_satisfiable(job, parents)
             if parent is not None:
                 self._fail_dependency(job, parent)
@@ -423,8 +503,9 @@ class JobWaiter:
             self.timeout, self.job_id, job.get('name'), want, chain_summary(self.chain()))
         if job.get('state') == 'PENDING' and job.get('reason') in sp.RESOURCE_REASONS:
             msg += '. The job is waiting for a free node (PENDING %s): no node of partition %s that fits the job is free; ' \
-                   '`sinfo -p %s` shows the nodes, `squeue -p %s` who uses them' % (
-                       job.get('reason'), job.get('partition'), job.get('partition'), job.get('partition'))
+                   '`sinfo -p %s` shows the nodes, `squeue -p %s` who uses them. The job stays queued and starts when a node ' \
+                   'frees (wait again to adopt it); cancel it with `scancel %s` if you do not want it' % (
+                       job.get('reason'), job.get('partition'), job.get('partition'), job.get('partition'), self.job_id)
         elif job.get('state') == 'PENDING' and job.get('reason') == 'Dependency':
             running = [describe(p) for p in self.chain()[:-1] if p.get('state') not in sp.TERMINAL_STATES]
             if running:

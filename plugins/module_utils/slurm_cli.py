@@ -203,6 +203,15 @@ class SlurmCli:
                 return job
         return jobs[0] if jobs else None
 
+    def batch_script(self, job_id):
+        """The batch script Slurm stored for the job (``scontrol write batch_script ID -``), or None when Slurm
+        cannot give it (purged job, a site that refuses it)."""
+        argv = [self.bin('scontrol'), 'write', 'batch_script', str(job_id), '-']
+        rc, out, err = self.run(argv)
+        if rc != 0:
+            return None
+        return out
+
     # -- changes ---------------------------------------------------------------------------------
 
     def sbatch_argv(self, script, name, dependency=None, kill_on_invalid_dep=True, extra_args=None):

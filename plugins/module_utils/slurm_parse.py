@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import time
 
 # ---------------------------------------------------------------------------------------------
 # Job states
@@ -28,6 +29,9 @@ LIVE_STATES = frozenset([
 
 #: States of a job that is ending: it no longer counts as live, but it is not over either.
 ENDING_STATES = frozenset(['COMPLETING', 'STAGE_OUT'])
+
+#: States of a job that Slurm put back in the queue after it had started (node failure, scontrol requeue).
+REQUEUE_STATES = frozenset(['REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED'])
 
 #: Terminal states that are failures: waiting for anything else fails at once on them.
 FAILED_STATES = frozenset([
@@ -183,7 +187,19 @@ def scontrol_to_job(record):
         'output_path': _clean(record.get('StdOut', '')),
         'exit_code': _clean(record.get('ExitCode', '')),
         'batch_host': _clean(record.get('BatchHost', '')),
+        'restarts': _clean(record.get('Restarts', '')),
+        'submit_time': _clean(record.get('SubmitTime', '')),
     }
+
+
+def parse_time(value):
+    """Seconds since the epoch of a Slurm time ``YYYY-MM-DDTHH:MM:SS`` (the host's time zone), or None."""
+    if not value:
+        return None
+    try:
+        return time.mktime(time.strptime(str(value).strip(), '%Y-%m-%dT%H:%M:%S'))
+    except (ValueError, OverflowError):
+        return None
 
 
 def parse_scontrol_jobs(text):

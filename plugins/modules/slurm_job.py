@@ -20,6 +20,10 @@ description:
   - Cancels a job by id, or every live job of a name (O(state=absent)).
   - Frugal with slurmctld, which many users share. While waiting it asks Slurm with an exponential backoff and watches, in
     between, the job's output file and the server's port, which cost the controller nothing.
+  - Two runs on the same login node do not submit two jobs. Looking for a live job and submitting are done under an
+    exclusive lock (C(flock) on C(.slurm_job-USER-NAME.lock) in O(chdir), made 0600); after C(sbatch) the module lists the
+    live jobs of that name again and, if another one appeared (a run on another login node), keeps the oldest and cancels
+    its own.
   - Live means C(PENDING), C(CONFIGURING), C(RUNNING), C(SUSPENDED), C(STOPPED), C(RESIZING), C(SIGNALING) or a C(REQUEUE*)
     state. A job that is C(COMPLETING) is ending and does not count. A job C(PENDING) with reason C(DependencyNeverSatisfied)
     will never run, so O(state=present) cancels it and submits a new one.
@@ -81,6 +85,8 @@ options:
     description:
       - Submit with C(--kill-on-invalid-dep=yes), so that Slurm cancels the job when a job it depends on fails,
         instead of leaving it C(PENDING) (C(DependencyNeverSatisfied)) forever. Only passed with O(dependency).
+      - Also, when a wait fails because a job it depends on failed and the job is still C(PENDING) (the site lacks
+        C(kill_invalid_depend) and the flag did not apply), the module cancels it and says so.
     type: bool
     default: true
   sbatch_args:
@@ -101,6 +107,42 @@ options:
       - With O(state=present), cancel a live job of that name and submit a new one.
     type: bool
     default: false
+  recreate_if_older_than:
+    description:
+      - With O(state=present), cancel a live job of that name and submit O(script) when the job was submitted before
+        this file on the host was last modified (for example the API key file the job reads when it starts).
+      - A job submitted after the change (by a concurrent run, say) is kept. Nothing happens when the file is missing.
+    type: path
+  recreate_on_change:
+    description:
+      - With O(state=present) and a live job of that name, compare the batch script Slurm stored for it
+        (C(scontrol write batch_script ID -)) with O(script); when they differ, cancel the job and submit O(script).
+      - A comparison of contents, not of file times, so a job that a concurrent run submitted from the same script is kept.
+      - Options given in O(sbatch_args) are not compared.
+    type: bool
+    default: false
+  hints:
+    description:
+      - What to tell the user when the wait fails. Each hint whose O(hints[].match) is found in the failed job's
+        C(STATE REASON EXIT_CODE), the failure message or the last lines of its output file is added to the message
+        (after C(What to do:)) and returned in RV(hints).
+      - The failed job is the job waited for, or the job of the chain it depends on that failed.
+      - In O(hints[].hint), C({job_id}), C({name}) and C({log}) are replaced by the failed job's id, name and output file.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      match:
+        description: A Python regular expression, searched case-insensitively.
+        type: str
+        required: true
+      hint:
+        description: The cause and the fix, in words the user can act on.
+        type: str
+        required: true
+      job:
+        description: Apply only when the failed job has this name (or id).
+        type: str
   job_id:
     description:
       - With O(state=absent), the job to cancel (instead of looking it up by name).
@@ -293,6 +335,19 @@ max_model_len:
   returned: with O(probe)
   type: int
   sample: 202752
+hints:
+  description: The texts of O(hints) that matched the failure.
+  returned: on failure, when a hint matched
+  type: list
+  elements: str
+older_than:
+  description: The O(recreate_if_older_than) file, when the live job was older than it and was replaced.
+  returned: when the live job was replaced for that reason
+  type: str
+script_changed:
+  description: True when O(recreate_on_change) found that the live job's stored script differs from O(script).
+  returned: when the live job was replaced for that reason
+  type: bool
 log_tail:
   description: The last lines of the relevant job's output file (secrets masked), when the wait failed.
   returned: on failure
@@ -324,6 +379,13 @@ def argument_spec():
         sbatch_args=dict(type='list', elements='str', default=[]),
         umask=dict(type='str', default='0077'),
         recreate=dict(type='bool', default=False),
+        recreate_on_change=dict(type='bool', default=False),
+        recreate_if_older_than=dict(type='path'),
+        hints=dict(type='list', elements='dict', default=[], options=dict(
+            match=dict(type='str', required=True),
+            hint=dict(type='str', required=True),
+            job=dict(type='str'),
+        )),
         job_id=dict(type='str'),
         user=dict(type='str'),
         end_time=dict(type='str'),

@@ -388,3 +388,71 @@ def test_read_tail_redacts():
     tail = jw.read_tail('/f', fs, count=2, secrets=['k3y-value-123'])
     assert tail == ["server_args=ServerArgs(api_key='********')", 'b']
     assert jw.read_tail('/missing', fs) == []
+
+
+# -- faults: a failed parent cancels the child, requeues, hints ------------------------------------
+
+
+class CancellingCli(FakeCli):
+    def __init__(self, *args, **kwargs):
+        FakeCli.__init__(self, *args, **kwargs)
+        self.cancelled = []
+
+    def cancel(self, ids):
+        self.cancelled += list(ids)
+
+
+def test_failed_parent_cancels_the_child_that_can_never_start_and_says_so():
+    clock = FakeClock()
+    timeline = {
+        '1': [(0, job('1', 'FAILED', reason='NonZeroExitCode', name='dl', exit_code='1:0'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', name='srv', dependency='afterok:1(unfulfilled)'))],
+    }
+    cli = CancellingCli(clock, timeline)
+    waiter = jw.JobWaiter(cli, '2', parents=['1'], clock=clock, files=FakeFiles(clock), cancel_dead=True)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert cli.cancelled == ['2'] and err.value.cancelled == ['2']
+    assert 'it was cancelled (scancel 2), since it could never run' in err.value.msg
+    assert err.value.failed_job['job_id'] == '1'
+
+
+def test_without_cancel_dead_the_child_is_left_and_the_message_says_how_to_cancel():
+    clock = FakeClock()
+    timeline = {
+        '1': [(0, job('1', 'TIMEOUT', reason='TimeLimit', name='dl', exit_code='0:15'))],
+        '2': [(0, job('2', 'PENDING', reason='DependencyNeverSatisfied', name='srv', dependency='afterok:1(failed)'))],
+    }
+    cli = CancellingCli(clock, timeline)
+    waiter = jw.JobWaiter(cli, '2', parents=['1'], clock=clock, files=FakeFiles(clock))
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert cli.cancelled == [] and 'run scancel 2' in err.value.msg
+    assert 'it reached its time limit' in err.value.msg
+
+
+def test_requeued_job_fails_at_once():
+    timeline = {'2': [(0, job('2', 'RUNNING', nodes='node1')),
+                      (5, dict(job('2', 'PENDING', reason='BeginTime'), restarts='1'))]}
+    files = {'/w/job2.out': [(0, 'hi\n'), (5, 'hi\n*** JOB 2 ON node1 CANCELLED AT 2026 DUE TO NODE FAILURE ***\n')]}
+    waiter, cli, clock = make(timeline, files=files, probe=FakeProbe)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert 'requeued by Slurm' in err.value.msg and 'scancel 2' in err.value.msg
+    assert clock.t < 8
+
+
+def test_node_fail_and_cancel_are_explained():
+    for state, words in (('NODE_FAIL', 'its node failed'), ('CANCELLED', 'it was cancelled')):
+        waiter, cli, clock = make({'2': [(0, job('2', state))]})
+        with pytest.raises(jw.WaitFailed) as err:
+            waiter.wait()
+        assert words in err.value.msg
+
+
+def test_waiting_for_a_free_node_is_progress_and_the_timeout_says_how_to_cancel():
+    waiter, cli, clock = make({'2': [(0, job('2', 'PENDING', reason='Resources'))]}, timeout=30)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert any('waiting for a free node' in e for e in waiter.events)
+    assert 'stays queued and starts when a node frees' in err.value.msg and 'scancel 2' in err.value.msg

@@ -139,7 +139,7 @@ def test_submit_exact_argv_with_dependency_umask_and_chdir(run):
     assert result['job_id'] == '4124' and result['state'] == 'PENDING' and result['reason'] == 'Dependency'
     assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'
     assert result['slurm_version'] == '22.05.8'
-    assert result['polls'] == 2  # the lookup by name and scontrol show job
+    assert result['polls'] == 3  # the lookup by name, the check for a concurrent duplicate, scontrol show job
 
 
 def test_submit_kill_on_invalid_dep_no_and_federated_id(run):
@@ -285,7 +285,7 @@ def test_end_time_update_only_when_different(run):
 
 def test_transient_lookup_error_is_retried(run, monkeypatch):
     monkeypatch.setattr('time.sleep', lambda s: None)
-    answers = [(1, '', fixture('squeue_down.stderr')), (0, '', '')]
+    answers = [(1, '', fixture('squeue_down.stderr')), (0, '', ''), (0, '', '')]
     slurm = Slurm().on(['/usr/bin/sbatch'], out='5\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '5'], out=scontrol('5', 'PENDING'))
 
     def call(argv, **kwargs):
@@ -295,7 +295,7 @@ def test_transient_lookup_error_is_retried(run, monkeypatch):
         return slurm(argv, **kwargs)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '5'
-    assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2
+    assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 3  # retried lookup, then the duplicate check
 
 
 def test_info_by_name(run):
@@ -319,3 +319,137 @@ def test_info_by_ids_falls_back_to_scontrol_and_reports_missing(run):
         ['/usr/bin/scontrol', '--local', 'show', 'job', '6'], out=scontrol('6', 'FAILED'))
     ok, result = run(slurm_job_info, {'job_ids': ['5', '6'], 'details': True}, slurm, check_mode=True)
     assert ok and [j['job_id'] for j in result['jobs']] == ['6'] and result['missing'] == ['5']
+
+
+# -- hints, the submit lock, duplicates, recreate on change / older than --------------------------
+
+from ansible_collections.glm.serve.plugins.module_utils import job_actions as ja  # noqa: E402
+from ansible_collections.glm.serve.plugins.module_utils.job_waiter import WaitFailed  # noqa: E402
+
+HINTS = [
+    {'match': 'No space left on device', 'hint': 'free or buy storage for {name}', 'job': 'glm-download'},
+    {'match': 'CUDA out of memory', 'hint': 'set server_mem_fraction_static=0.70', 'job': 'glm-serve'},
+    {'match': '^TIMEOUT', 'hint': 'rerun: it resumes', 'job': None},
+]
+
+
+def test_hints_match_the_failed_job_its_state_and_its_log_tail():
+    hints = ja.compile_hints(HINTS)
+    exc = WaitFailed('job 2 (glm-serve) can never start. Last lines of /w/dl.out:\nOSError: [Errno 28] No space left on device',
+                     job={'job_id': '2', 'name': 'glm-serve'}, failed_job={'job_id': '1', 'name': 'glm-download', 'state': 'FAILED'},
+                     log_tail=['OSError: [Errno 28] No space left on device'])
+    found = ja.matching_hints(hints, exc)
+    assert found == ['free or buy storage for glm-download']
+    msg = ja.add_hints(exc.msg, found)
+    assert msg.index('What to do: free or buy storage') < msg.index('. Last lines of')
+    oom = WaitFailed('job 2 (glm-serve) ended FAILED', job={'job_id': '2', 'name': 'glm-serve', 'state': 'FAILED'},
+                     log_tail=['torch.OutOfMemoryError: CUDA out of memory.'])
+    assert ja.matching_hints(hints, oom) == ['set server_mem_fraction_static=0.70']
+    timeout = WaitFailed('x', job={'job_id': '1', 'name': 'glm-download', 'state': 'TIMEOUT', 'reason': 'TimeLimit'})
+    assert ja.matching_hints(hints, timeout) == ['rerun: it resumes']
+
+
+def test_a_bad_hint_pattern_is_refused_before_anything_runs(run):
+    slurm = Slurm()
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'hints': [{'match': '(', 'hint': 'x'}]}, slurm)
+    assert not ok and 'hints[0].match' in result['msg']
+    assert slurm.argvs('sbatch') == [] and slurm.argvs('squeue')[1:] == []
+
+
+def test_wait_failure_carries_the_hints_and_the_cancelled_child(run, monkeypatch):
+    monkeypatch.setattr('time.sleep', lambda s: None)
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scancel']).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'],
+        out=scontrol('4124', 'FAILED', name='glm-download', reason='NonZeroExitCode')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4125'],
+        out=scontrol('4125', 'PENDING', reason='Dependency').replace('Dependency=(null)', 'Dependency=afterok:4124(unfulfilled)'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'wait': True, 'wait_timeout': 30,
+                                 'dependency': [{'type': 'afterok', 'job_ids': ['4124']}],
+                                 'hints': [{'match': 'FAILED', 'hint': 'read {log} and rerun', 'job': 'glm-download'}]}, slurm)
+    assert not ok
+    assert 'can never start' in result['msg'] and 'cancelled (scancel 4125)' in result['msg']
+    assert result['hints'] == ['read /home/glmuser/glm/glm-download-4124.out and rerun']
+    assert '4125' in result['cancelled'] and ['/usr/bin/scancel', '4125'] in slurm.argvs('scancel')
+
+
+def test_submit_lock_serialises_two_runs(tmp_path):
+    path = str(tmp_path / '.slurm_job-u-n.lock')
+
+    class Clock:
+        t = 0.0
+
+        def now(self):
+            return self.t
+
+        def sleep(self, s):
+            self.t += s
+    warnings = []
+    with ja.SubmitLock(path, Clock(), timeout=2, warn=warnings.append) as first:
+        assert first.fd is not None
+        second = ja.SubmitLock(path, Clock(), timeout=2, warn=warnings.append)
+        with second:
+            assert second.fd is None                    # could not take it while the first holds it
+        assert 'stayed locked' in warnings[-1]
+    with ja.SubmitLock(path, Clock(), timeout=2) as third:
+        assert third.fd is not None                     # free again
+    assert oct(os.stat(path).st_mode & 0o777) == '0o600'
+
+
+def test_lock_file_lives_next_to_the_script(run):
+    assert ja.lock_path({'script': run.script}, 'glm serve', 'u') == os.path.join(run.dir, '.slurm_job-u-glm_serve.lock')
+    assert ja.lock_path({'script': run.script, 'chdir': '/nonexistent'}, 'n', 'u') is None
+
+
+def test_duplicate_from_a_concurrent_run_keeps_the_oldest_and_cancels_ours(run):
+    answers = [(0, '', ''), (0, squeue_row('4130', 'PENDING') + squeue_row('4129', 'PENDING'), '')]
+    slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(['/usr/bin/scancel']).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4129'], out=scontrol('4129', 'PENDING'))
+
+    def call(argv, **kwargs):
+        if argv[:2] == ['/usr/bin/squeue', '--local']:
+            slurm.calls.append((list(argv), kwargs))
+            return answers.pop(0)
+        return slurm(argv, **kwargs)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    assert ok and result['job_id'] == '4129' and result['cancelled'] == ['4130'] and result['submitted'] is False
+    assert slurm.argvs('scancel') == [['/usr/bin/scancel', '4130']]
+    assert os.path.exists(os.path.join(run.dir, '.slurm_job-glmuser-glm-serve.lock'))
+
+
+def test_duplicate_check_keeps_ours_when_it_is_the_oldest(run):
+    answers = [(0, '', ''), (0, squeue_row('4131', 'PENDING') + squeue_row('4130', 'PENDING'), '')]
+    slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4130'], out=scontrol('4130', 'PENDING'))
+
+    def call(argv, **kwargs):
+        if argv[:2] == ['/usr/bin/squeue', '--local']:
+            return answers.pop(0)
+        return slurm(argv, **kwargs)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    assert ok and result['job_id'] == '4130' and result['cancelled'] == [] and slurm.argvs('scancel') == []
+
+
+@pytest.mark.parametrize('stored, replaced', [('#!/bin/bash\necho hi\n', False), ('#!/bin/bash\necho old\n', True)])
+def test_recreate_on_change_compares_the_stored_script(run, stored, replaced):
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING')).on(
+        ['/usr/bin/scontrol', 'write', 'batch_script', '4124', '-'], out=stored).on(['/usr/bin/scancel']).on(
+        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job'], out=scontrol('4125', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'recreate_on_change': True}, slurm)
+    assert ok and result['changed'] is replaced
+    assert result['job_id'] == ('4125' if replaced else '4124')
+    assert bool(slurm.argvs('sbatch')) is replaced
+
+
+@pytest.mark.parametrize('submitted_ago, replaced', [(3600, True), (-60, False)])
+def test_recreate_if_older_than_the_key_file(run, tmp_path, submitted_ago, replaced):
+    import time as _time
+    key = tmp_path / 'api-key'
+    key.write_text(u'k\n')
+    submit = _time.strftime('%Y-%m-%dT%H:%M:%S', _time.localtime(_time.time() - submitted_ago))
+    shown = scontrol('4124', 'RUNNING').replace('StartTime=Unknown', 'SubmitTime=%s StartTime=Unknown' % submit)
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING')).on(['/usr/bin/scancel']).on(
+        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=shown)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'recreate_if_older_than': str(key)}, slurm)
+    assert ok and result['job_id'] == ('4125' if replaced else '4124')
+    assert (result['cancelled'] == ['4124']) is replaced

@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Helpers for the tests that run the real playbooks (deploy.yml, teardown.yml) against the LIVE local Slurm
+cluster (tests/cluster/cluster.sh) as root on its machine: running a playbook with exact-typed extra vars,
+looking at the login user's jobs over real SSH, snapshots of folders, and a scanner for a secret.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import pwd
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
+BIN = os.path.dirname(sys.executable)
+LOGIN_USER = 'glmuser'
+SSH_DIR = '/var/lib/glm-cluster/ssh'
+SSH = ['ssh', '-i', SSH_DIR + '/id_ed25519', '-o', 'UserKnownHostsFile=%s/known_hosts' % SSH_DIR,
+       '-o', 'StrictHostKeyChecking=yes', '-o', 'BatchMode=yes', '-o', 'ControlMaster=auto',
+       '-o', 'ControlPath=/tmp/glm-it-helpers-%C', '-o', 'ControlPersist=120', '-p', '2222',
+       LOGIN_USER + '@127.0.0.1']
+SLURM_CONF = '/var/lib/glm-cluster/etc/slurm.conf'
+
+
+def require_cluster():
+    """Skip unless root on the machine of a running local cluster."""
+    if os.geteuid() != 0:
+        pytest.skip('these tests run as root on the machine of the local cluster')
+    if not os.path.exists(CLUSTER):
+        pytest.skip('no tests/cluster/cluster.sh')
+    proc = subprocess.run([CLUSTER, 'status'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, check=False)
+    if proc.returncode != 0:
+        pytest.skip('the local Slurm cluster is not up (tests/cluster/cluster.sh status):\n' + proc.stdout)
+
+
+def login_home():
+    return pwd.getpwnam(LOGIN_USER).pw_dir
+
+
+def chown_login(path):
+    user = pwd.getpwnam(LOGIN_USER)
+    os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def ssh(command, check=True, timeout=60):
+    """Run a shell command as the login user over real SSH; returns stdout."""
+    proc = subprocess.run(SSH + [command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError('ssh %r: rc %d\n%s%s' % (command, proc.returncode, proc.stdout, proc.stderr))
+    return proc.stdout
+
+
+def my_jobs(match):
+    """The login user's jobs (squeue --me, as the login user over SSH) whose name satisfies match(name):
+    sorted list of (id, name, state)."""
+    out = ssh("squeue --me -h -t all -o '%i|%j|%T'")
+    rows = [tuple(line.split('|', 2)) for line in out.splitlines() if line.strip()]
+    return sorted(row for row in rows if match(row[1]))
+
+
+def live_jobs(match):
+    """Only the PENDING/RUNNING ones (plain `squeue --me -h -o %j` shows no finished jobs)."""
+    return [row for row in my_jobs(match) if row[2] in ('PENDING', 'RUNNING', 'CONFIGURING', 'COMPLETING')]
+
+
+def scancel_names(names):
+    """Cancel the login user's jobs of these names (scancel --name takes one name, not a list)."""
+    if names:
+        ssh('; '.join('scancel --name=%s' % shlex.quote(name) for name in names), check=False)
+
+
+def snapshot(root):
+    """Every entry under root: relative path -> (type, size, mtime_ns, mode, uid, gid). Missing root: {}."""
+    result = {}
+    if not os.path.lexists(root):
+        return result
+    for folder, dirs, files in os.walk(root):
+        for name in [''] + dirs + files:
+            path = os.path.join(folder, name) if name else folder
+            if not name and folder != root:
+                continue
+            st = os.lstat(path)
+            result[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns,
+                                                   stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return result
+
+
+def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, timeout=600, env=None):
+    """ansible-playbook playbooks/<playbook> -e @vars.json from the repo root (its ansible.cfg: inventory/local,
+    the tree as glm.serve). result_json: the default callback prints results as JSON (for failures()).
+    Returns the completed process (stdout and stderr as text)."""
+    fd, path = tempfile.mkstemp(suffix='.json', prefix='vars-', dir=workdir)
+    with os.fdopen(fd, 'w') as handle:
+        json.dump(extra_vars, handle)
+    environ = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get('PATH', ''), ANSIBLE_NOCOLOR='1',
+                   ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
+                   ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.collections'))
+    if result_json:
+        environ['ANSIBLE_CALLBACK_RESULT_FORMAT'] = 'json'
+    environ.update(env or {})
+    argv = [os.path.join(BIN, 'ansible-playbook'), os.path.join('playbooks', playbook), '-e', '@' + path]
+    if verbosity:
+        argv.append('-' + 'v' * verbosity)
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          env=environ, cwd=REPO, timeout=timeout, check=False)
+
+
+TASK_HEADER = re.compile(r'^TASK \[(?:[^\]]* : )?(.*?)\] \*+$', re.M)
+FAILED_RESULT = re.compile(r'^(?:failed|fatal): \[[^\]]+\](?: \(item=[^\n]*?\))?(?:: FAILED!)? => ', re.M)
+RECAP = re.compile(r'^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)', re.M)
+
+
+def failures(text):
+    """From the default callback's output with results as JSON: ([(task name, message)] of every failed result
+    in order, {host: changed count} from the recap)."""
+    decoder = json.JSONDecoder()
+    found = []
+    for match in FAILED_RESULT.finditer(text):
+        headers = [h.group(1) for h in TASK_HEADER.finditer(text, 0, match.start())]
+        result, _end = decoder.raw_decode(text, match.end())
+        found.append((headers[-1] if headers else '', str(result.get('msg', ''))))
+    changed = {m.group(1): int(m.group(3)) for m in RECAP.finditer(text)}
+    return found, changed
+
+
+def files_holding(root, secret, skip=None):
+    """Files under root whose bytes contain secret: list of (path, mode). skip(path) -> True leaves a path out.
+    Reads as root; follows no symlink; unreadable special files are skipped."""
+    secret = secret.encode() if not isinstance(secret, bytes) else secret
+    hits = []
+    for folder, dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if skip and skip(path):
+                continue
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                with open(path, 'rb') as handle:
+                    if secret in handle.read():
+                        hits.append((path, stat.S_IMODE(st.st_mode)))
+            except OSError:
+                continue
+    return hits
+
+
+def cmdlines_holding(secret):
+    """Processes whose command line (/proc/PID/cmdline) contains secret: list of (pid, cmdline)."""
+    secret = secret.encode() if not isinstance(secret, bytes) else secret
+    hits = []
+    me = os.getpid()
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        if secret in data:
+            hits.append((int(pid), data.replace(b'\0', b' ').decode('utf-8', 'replace')))
+    return hits
