@@ -47,7 +47,7 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build sanity units pytest molecule ## everything CI runs
+test: setup cluster lint build sanity units molecule pytest ## everything CI runs
 	@echo "make test: all stages passed"
 
 lint: setup ## ansible-lint (production profile) and the changelog linter
@@ -70,7 +70,8 @@ pytest: setup cluster sglang-cli ## pytest: stand-ins, and integration on the lo
 	pytest -p no:cacheprovider tests/standins tests/integration
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
-	molecule test --all
+	mkdir -p tests/output
+	molecule test --all 2>&1 | tee tests/output/molecule.log
 
 bench: setup cluster ## controller load and detection latency of waits (prints figures)
 	python tests/bench/bench_wait.py

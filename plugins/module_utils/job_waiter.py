@@ -563,10 +563,12 @@ class JobWaiter:
                     if phase == 'success':
                         return self._result()
                 if changed and self.target_changed:
-                    # the job itself changed: look again soon (a job that just started may fail at once),
-                    # a little less soon once it runs (its failures usually print error lines, which trigger a call)
+                    # the job itself changed: look again soon (a job that just started may fail at once).
+                    # Once it runs, its failures print error lines (which trigger a call at once) and its start
+                    # was usually seen in its output file, so the backoff only steps back by half (at least 4 s):
+                    # a chain does not pay for a second ramp from 1 s.
                     state = (self.jobs.get(self.job_id) or {}).get('state')
-                    interval = self.base * (4 if state == 'RUNNING' else 1)
+                    interval = max(self.base * 4, interval / 2) if state == 'RUNNING' else self.base
                     trigger_gap = self.min_gap
                 elif changed:
                     # a parent changed: the job's own start shows in its output file, no need to hurry

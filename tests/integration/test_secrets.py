@@ -39,7 +39,7 @@ import uuid
 
 import pytest
 
-from deploy_helpers import (SLURM_CONF, cmdlines_holding, files_holding, live_jobs, login_home, require_cluster,
+from deploy_helpers import (REPO, SLURM_CONF, cmdlines_holding, files_holding, live_jobs, login_home, require_cluster,
                             run_playbook, scancel_names, ssh)
 
 WORK = 'glm-it-secrets'
@@ -97,14 +97,19 @@ def slurm(argv):
                           check=False)
 
 
+# Jobs of an earlier run of this file that Slurm still shows (finished jobs stay visible for MinJobAge).
+EARLIER_JOBS = set()
+
+
 def jobs_by_name():
-    """{name: [(id, state, node), ...]} of this file's jobs, oldest first (squeue -t all as the login user)."""
+    """{name: [(id, state, node), ...]} of this run's jobs, oldest first (squeue -t all as the login user)."""
     out = ssh("squeue --me -h -t all -n %s,%s -o '%%i|%%j|%%T|%%N'" % (DOWNLOAD, SERVE))
     found = {DOWNLOAD: [], SERVE: []}
     for line in out.splitlines():
         if line.strip():
             job_id, name, state, node = line.split('|')
-            found[name].append((job_id, state, node))
+            if job_id not in EARLIER_JOBS:
+                found[name].append((job_id, state, node))
     for rows in found.values():
         rows.sort(key=lambda row: int(row[0].split('_')[0]))
     return found
@@ -151,6 +156,7 @@ def env(tmp_path_factory):
     home = login_home()
     work = os.path.join(home, WORK)
     scancel_names([DOWNLOAD, SERVE])
+    EARLIER_JOBS.update(row[0] for rows in jobs_by_name().values() for row in rows)
     subprocess.run(['rm', '-rf', work], check=True)
     state = {'tmp': tmp, 'home': home, 'work': work}
     try:
@@ -277,6 +283,20 @@ def test_key_not_in_molecule_files(env):
             assert files_holding(place, key) == [], place
         scanned += sum(len(files) for _d, _s, files in os.walk(place))
     assert scanned, 'molecule folders hold no file'
+
+
+def test_key_not_in_molecule_output(env):
+    """`make molecule` (run before pytest by `make test`) keeps molecule's whole terminal output in this file."""
+    log = os.path.join(REPO, 'tests', 'output', 'molecule.log')
+    if not os.path.exists(log):
+        pytest.skip('no molecule output to scan: run `make molecule` first (make test does)')
+    with open(log, encoding='utf-8', errors='replace') as handle:
+        out = handle.read()
+    assert 'converge' in out and 'idempotence' in out, 'not the output of a molecule test run'
+    molecule_key = os.path.join(env['home'], 'glm-molecule', 'api-key')
+    assert os.path.exists(molecule_key), 'molecule keeps its key after teardown, as deploy does'
+    assert read_key(molecule_key) not in out
+    assert env['key'] not in out
 
 
 def test_rotation_restarts_the_server_and_refuses_the_old_key(env):
