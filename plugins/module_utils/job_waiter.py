@@ -240,6 +240,7 @@ class JobWaiter:
         self.max_model_len = None
         self._skipped = 0
         self._parent_changed = False
+        self._target_signal = False  # the job's own output file showed something: ask for the job itself
         self.target_changed = False
         self._ran = False          # the job was seen RUNNING (a later PENDING means Slurm requeued it)
         self._restarts = None      # its Restarts count when first seen
@@ -316,13 +317,14 @@ class JobWaiter:
         # A job PENDING on a running parent changes only after that parent ends: ask for the parents alone,
         # and for the job every third round (someone may cancel or hold it) or once a parent changed.
         if parents and target.get('state') == 'PENDING' and target.get('reason') == 'Dependency' \
-                and self._skipped < 2 and not self._parent_changed:
+                and self._skipped < 2 and not self._parent_changed and not self._target_signal:
             ids = parents
             self._skipped += 1
         else:
             ids = [self.job_id] + parents
             self._skipped = 0
         self._parent_changed = False
+        self._target_signal = False
         detail = ids
         if all((self.jobs.get(i) or {}).get('state') in ('RUNNING', 'COMPLETING', 'CONFIGURING') and
                'output_path' in self.jobs[i] for i in ids):
@@ -348,6 +350,9 @@ class JobWaiter:
                 if jid in self.jobs and (self.jobs[jid].get('state') not in sp.TERMINAL_STATES or jid == self.job_id):
                     self._watch(jid)
         return after != before
+
+    def _parent_ended(self):
+        return any((self.jobs.get(p) or {}).get('state') in sp.TERMINAL_STATES for p in self.parent_ids)
 
     def _gone(self):
         job = self.jobs.get(self.job_id)
@@ -571,13 +576,16 @@ class JobWaiter:
                     interval = max(self.base * 4, interval / 2) if state == 'RUNNING' else self.base
                     trigger_gap = self.min_gap
                 elif changed:
-                    # a parent changed: the job's own start shows in its output file, no need to hurry
+                    # a parent changed; the job's own start shows in its output file, no need to hurry
                     trigger_gap = self.min_gap
                 elif triggered:
                     trigger_gap = min(trigger_gap * 2, self.cap)
                 else:
                     interval = min(interval * 2, self.cap)
                 next_poll = now + interval
+                if self._parent_changed and self._parent_ended():
+                    # a parent just ended: the job starts (or is cancelled) within a second or two, ask once more
+                    next_poll = now + self.min_gap
                 triggered = False
                 trigger_at = None
             # cheap signals
@@ -593,7 +601,9 @@ class JobWaiter:
                     appeared, errors = watcher.check()
                     if appeared and jid == self.job_id:
                         self._event('output file %s appeared' % watcher.path)
-                        signal = True
+                        signal = self._target_signal = True
+                    if errors and jid == self.job_id:
+                        self._target_signal = True
                     if errors:
                         self._event('output of job %s: %s' % (jid, sp.redact(errors[-1], self.secrets)[:200]))
                         signal = True

@@ -181,6 +181,36 @@ def test_chain_polls_the_parent_alone_while_the_job_waits_for_it():
     assert waiting.count(('1',)) > len(waiting) / 2, cli.calls
 
 
+@pytest.mark.parametrize('ends', [2.5, 5, 13])
+def test_dependent_job_start_is_seen_from_its_output_file_even_while_only_the_parent_is_polled(ends):
+    # bench case "a dependent job starts": the parent ends, the child starts 0.1 s later and its output file
+    # appears; the call this triggers must ask for the child itself, even in a round meant for the parent alone
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (ends, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (ends + 0.1, job('2', 'RUNNING', nodes='node1'))],
+    }
+    waiter, cli, clock = make(timeline, files={'/w/job2.out': [(ends + 0.1, 'hi\n')]}, parents=['1'])
+    result = waiter.wait()
+    assert result['job']['state'] == 'RUNNING'
+    assert clock.t <= ends + 1.6, (clock.t, cli.calls)
+
+
+@pytest.mark.parametrize('ends', [2.5, 5, 13])
+def test_a_parent_that_ends_makes_the_waiter_ask_for_the_job_soon(ends):
+    # no output file to watch: the parent's end alone brings a call for the job within about a second
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (ends, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (ends + 0.1, job('2', 'RUNNING', nodes='node1'))],
+    }
+    waiter, cli, clock = make(timeline, parents=['1'])
+    result = waiter.wait()
+    assert result['job']['state'] == 'RUNNING'
+    ended_seen = min(t for t, _kind, ids in cli.calls if t >= ends and '1' in ids)
+    assert clock.t <= ended_seen + 1.5, (clock.t, cli.calls)
+
+
 def test_controller_calls_over_120s_wait_stay_under_one_per_10s():
     waiter, cli, clock = make({'2': [(0, job('2', 'RUNNING', nodes='node1'))]}, success=('COMPLETED',), timeout=120,
                               files={'/w/job2.out': [(0, 'x\n')]})
