@@ -99,10 +99,10 @@ def snapshot(root):
     return result
 
 
-def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, timeout=600, env=None):
+def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, timeout=600, env=None, options=()):
     """ansible-playbook playbooks/<playbook> -e @vars.json from the repo root (its ansible.cfg: inventory/local,
     the tree as glm.serve). result_json: the default callback prints results as JSON (for failures()).
-    Returns the completed process (stdout and stderr as text)."""
+    options: more ansible-playbook options (e.g. ['--check']). Returns the completed process (text output)."""
     fd, path = tempfile.mkstemp(suffix='.json', prefix='vars-', dir=workdir)
     with os.fdopen(fd, 'w') as handle:
         json.dump(extra_vars, handle)
@@ -115,6 +115,7 @@ def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, 
     argv = [os.path.join(BIN, 'ansible-playbook'), os.path.join('playbooks', playbook), '-e', '@' + path]
     if verbosity:
         argv.append('-' + 'v' * verbosity)
+    argv.extend(options)
     return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           env=environ, cwd=REPO, timeout=timeout, check=False)
 

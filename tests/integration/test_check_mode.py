@@ -1,0 +1,103 @@
+"""--check changes nothing, on the local cluster (tests/cluster), over real SSH as the login user.
+
+- deploy --check on nothing: succeeds, predicts changes, creates no folder, submits no job;
+- after a real deploy, deploy --check: reports changed=0, submits nothing, leaves every file as it was;
+- teardown --check with the server running: predicts the cancel and cancels nothing.
+
+The job logs (*.out) are left out of the file comparison: the running jobs write them, not the playbook.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import shutil
+
+import pytest
+
+from deploy_helpers import login_home, my_jobs, require_cluster, run_playbook, scancel_names, snapshot
+
+WORK = 'glm-it-check'
+DOWNLOAD = 'it-chk-download'
+SERVE = 'it-chk-serve'
+VARS = {
+    'glm_work_dir': '~/' + WORK,
+    'glm_download_job_name': DOWNLOAD,
+    'glm_serve_job_name': SERVE,
+    'download_min_free_gb': 1,
+    'server_wait_timeout': 300,
+    'server_wait_sleep': 5,
+    'server_time': '00:30:00',
+}
+RECAP = re.compile(r'^local\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)', re.M)
+
+
+def mine(name):
+    return name in (DOWNLOAD, SERVE)
+
+
+def recap(proc):
+    """(changed, failed) of the login host `local` (inventory/local), from the play recap."""
+    found = RECAP.findall(proc.stdout)
+    assert found, 'no play recap:\n%s\n%s' % (proc.stdout[-3000:], proc.stderr[-2000:])
+    return int(found[-1][0]), int(found[-1][1])
+
+
+def files(work):
+    return dict((path, entry) for path, entry in snapshot(work).items() if not path.endswith('.out'))
+
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+    require_cluster()
+    tmp = str(tmp_path_factory.mktemp('check'))
+    work = os.path.join(login_home(), WORK)
+    scancel_names([DOWNLOAD, SERVE])
+    shutil.rmtree(work, ignore_errors=True)
+    earlier = set(row[0] for row in my_jobs(mine))
+    try:
+        yield {'tmp': tmp, 'work': work, 'earlier': earlier}
+    finally:
+        run_playbook('teardown.yml', dict(VARS, glm_teardown_download=True), tmp)
+        scancel_names([DOWNLOAD, SERVE])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def new_jobs(env):
+    return [row for row in my_jobs(mine) if row[0] not in env['earlier']]
+
+
+def test_deploy_check_on_nothing_creates_and_submits_nothing(env):
+    proc = run_playbook('deploy.yml', VARS, env['tmp'], options=['--check'])
+    changed, failed = recap(proc)
+    assert failed == 0, proc.stdout[-4000:]
+    assert changed > 0, 'check mode should predict the key, the scripts and the jobs'
+    assert not os.path.lexists(env['work']), os.listdir(env['work'])
+    assert new_jobs(env) == []
+
+
+def test_deploy_check_after_a_deploy_changes_nothing(env):
+    proc = run_playbook('deploy.yml', VARS, env['tmp'])
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    jobs, before = new_jobs(env), files(env['work'])
+    assert [row[1:] for row in jobs if row[1] == SERVE] == [(SERVE, 'RUNNING')]
+    assert 'api-key' in before and 'serve.sbatch' in before
+
+    proc = run_playbook('deploy.yml', VARS, env['tmp'], options=['--check'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    assert new_jobs(env) == jobs
+    assert files(env['work']) == before
+
+
+def test_teardown_check_cancels_nothing(env):
+    before = new_jobs(env)
+    assert (SERVE, 'RUNNING') in [row[1:] for row in before]
+    proc = run_playbook('teardown.yml', VARS, env['tmp'], options=['--check'])
+    changed, failed = recap(proc)
+    assert (changed, failed) == (1, 0), proc.stdout[-4000:]
+    assert new_jobs(env) == before
+
+    proc = run_playbook('teardown.yml', VARS, env['tmp'])
+    assert recap(proc) == (1, 0), proc.stdout[-4000:]
+    assert (SERVE, 'RUNNING') not in [row[1:] for row in new_jobs(env)]
