@@ -34,6 +34,23 @@ SSH = ['ssh', '-i', SSH_DIR + '/id_ed25519', '-o', 'UserKnownHostsFile=%s/known_
 SLURM_CONF = '/var/lib/glm-cluster/etc/slurm.conf'
 
 
+def isolated_vars(work, download, serve, **overrides):
+    """Deploy variables for a test of its own: work dir ~/<work> and its own job names (so it never touches a
+    demo's ~/glm, molecule's or another test's jobs), the free-space threshold the stand-in checkpoint needs,
+    and short waits and time limits. overrides win."""
+    result = {
+        'glm_work_dir': '~/' + work,
+        'glm_download_job_name': download,
+        'glm_serve_job_name': serve,
+        'download_min_free_gb': 1,
+        'server_wait_timeout': 300,
+        'server_wait_sleep': 5,
+        'server_time': '00:30:00',
+    }
+    result.update(overrides)
+    return result
+
+
 def require_cluster():
     """Skip unless root on the machine of a running local cluster."""
     if os.geteuid() != 0:

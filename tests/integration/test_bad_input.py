@@ -32,20 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from deploy_helpers import (chown_login, failures, live_jobs, login_home, require_cluster, run_playbook, scancel_names,
+from deploy_helpers import (chown_login, failures, isolated_vars, live_jobs, login_home, require_cluster, run_playbook, scancel_names,
                             snapshot, ssh)
 
 ROOT = 'glm-it-badinput'
 THREADS = 3
-BASE = {
-    'glm_work_dir': '~/%s/{case}' % ROOT,
-    'glm_download_job_name': 'it-bad-{case}-download',
-    'glm_serve_job_name': 'it-bad-{case}-serve',
-    'download_min_free_gb': 1,
-    'server_wait_timeout': 60,
-    'server_wait_sleep': 5,
-    'server_time': '00:05:00',
-}
+BASE = isolated_vars(ROOT + '/{case}', 'it-bad-{case}-download', 'it-bad-{case}-serve', server_wait_timeout=60,
+                     server_time='00:05:00')
 
 
 def named_prefix(prefix):
@@ -122,6 +115,9 @@ CASES = [
     case('download_force', 'maybe', 'bool'),
     case('download_hints', {'match': 'x', 'hint': 'y'}, 'list'),
     case('download_hints', ['free the disk'], 'dict', label='download_hints=list-of-str'),
+    case('download_hints', [{'match': '[unclosed', 'hint': 'y'}], 'regular expression', '[unclosed',
+         label='download_hints=bad-regex'),
+    case('download_hints', [{'hint': 'y'}], 'match', label='download_hints=no-match'),
     # role server
     case('server_partition', 'compute-a100', 'not a partition', 'compute-h200'),
     case('server_partition', 'compute h100', 'sinfo'),
@@ -168,6 +164,7 @@ CASES = [
     case('server_restart_on_change', 'maybe', 'bool'),
     case('server_wait', 'maybe', 'bool'),
     case('server_hints', 'CUDA out of memory', 'dict', label='server_hints=str'),
+    case('server_hints', [{'match': '(oom', 'hint': 'y'}], 'regular expression', '(oom', label='server_hints=bad-regex'),
     case('server_wait_timeout', 0, '1 or more'),
     case('server_wait_timeout', 'forever', 'int'),
     case('server_wait_sleep', 0, '1 or more'),

@@ -16,20 +16,12 @@ import shutil
 
 import pytest
 
-from deploy_helpers import login_home, my_jobs, require_cluster, run_playbook, scancel_names, snapshot
+from deploy_helpers import isolated_vars, login_home, my_jobs, require_cluster, run_playbook, scancel_names, snapshot
 
 WORK = 'glm-it-check'
 DOWNLOAD = 'it-chk-download'
 SERVE = 'it-chk-serve'
-VARS = {
-    'glm_work_dir': '~/' + WORK,
-    'glm_download_job_name': DOWNLOAD,
-    'glm_serve_job_name': SERVE,
-    'download_min_free_gb': 1,
-    'server_wait_timeout': 300,
-    'server_wait_sleep': 5,
-    'server_time': '00:30:00',
-}
+VARS = isolated_vars(WORK, DOWNLOAD, SERVE)
 RECAP = re.compile(r'^local\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)', re.M)
 
 

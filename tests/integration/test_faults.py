@@ -24,7 +24,7 @@ import uuid
 
 import pytest
 
-from deploy_helpers import (CLUSTER, SLURM_CONF, chown_login, failures, live_jobs, login_home, my_jobs, require_cluster,
+from deploy_helpers import (CLUSTER, SLURM_CONF, chown_login, failures, isolated_vars, live_jobs, login_home, my_jobs, require_cluster,
                             run_playbook, scancel_names, ssh)
 
 FAST_SERVER = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
@@ -51,9 +51,8 @@ class Case:
         self.extra_names = []
 
     def vars(self, **extra):
-        base = {'glm_hosts': 'training', 'glm_work_dir': '~/' + self.rel, 'glm_download_job_name': self.download,
-                'glm_serve_job_name': self.serve, 'download_min_free_gb': 1, 'server_time': '00:10:00',
-                'server_wait_timeout': 120, 'server_wait_sleep': 5, 'server_env': dict(FAST_SERVER)}
+        base = isolated_vars(self.rel, self.download, self.serve, glm_hosts='training', server_time='00:10:00',
+                             server_wait_timeout=120, server_env=dict(FAST_SERVER))
         base.update(extra)
         return base
 

@@ -39,23 +39,13 @@ import uuid
 
 import pytest
 
-from deploy_helpers import (REPO, SLURM_CONF, cmdlines_holding, files_holding, live_jobs, login_home, require_cluster,
-                            run_playbook, scancel_names, ssh)
+from deploy_helpers import (REPO, SLURM_CONF, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home,
+                            require_cluster, run_playbook, scancel_names, ssh)
 
 WORK = 'glm-it-secrets'
 DOWNLOAD = 'it-sec-download'
 SERVE = 'it-sec-serve'
-VARS = {
-    'glm_work_dir': '~/' + WORK,
-    'glm_download_job_name': DOWNLOAD,
-    'glm_serve_job_name': SERVE,
-    'download_min_free_gb': 1,
-    'server_wait_timeout': 300,
-    'server_wait_sleep': 5,
-    'server_time': '00:30:00',
-    'glm_smoke_test': True,
-    'glm_smoke_test_timeout': 60,
-}
+VARS = isolated_vars(WORK, DOWNLOAD, SERVE, glm_smoke_test=True, glm_smoke_test_timeout=60)
 CLUSTER_FILES = '/var/lib/glm-cluster'
 
 
