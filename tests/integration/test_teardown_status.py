@@ -1,0 +1,100 @@
+"""status.yml and teardown.yml (stop_at, refusal to lengthen, idempotence), on the local cluster over real SSH.
+
+After a deploy of its own (work dir ~/glm-it-teardown, jobs it-td-*):
+- status.yml names the running server job, its node and end, and says /v1/models answers (200 with the key);
+- teardown with glm_stop_at lowers the running job's end time (Slurm itself ends it then); the job keeps running;
+- a glm_stop_at after the job's current end is refused with a message (users may only shorten their jobs);
+- teardown cancels the server, a second teardown changes nothing (safe on a schedule), and status says no job runs.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import os
+import re
+import shutil
+
+import pytest
+
+from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names, ssh
+
+WORK = 'glm-it-teardown'
+DOWNLOAD = 'it-td-download'
+SERVE = 'it-td-serve'
+VARS = isolated_vars(WORK, DOWNLOAD, SERVE, server_time='00:30:00')
+RECAP = re.compile(r'^local\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)', re.M)
+
+
+def recap(proc):
+    """(changed, failed) of the login host `local`, from the play recap."""
+    found = RECAP.findall(proc.stdout)
+    assert found, 'no play recap:\n%s\n%s' % (proc.stdout[-3000:], proc.stderr[-2000:])
+    return int(found[-1][0]), int(found[-1][1])
+
+
+def serve_job():
+    """(id, state, end time) of the live server job, or None (squeue as the login user)."""
+    rows = [line.split('|') for line in ssh("squeue --me -h -n %s -o '%%i|%%T|%%e'" % SERVE).splitlines() if line]
+    assert len(rows) <= 1, rows
+    return tuple(rows[0]) if rows else None
+
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+    require_cluster()
+    tmp = str(tmp_path_factory.mktemp('teardown'))
+    work = os.path.join(login_home(), WORK)
+    scancel_names([DOWNLOAD, SERVE])
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        proc = run_playbook('deploy.yml', VARS, tmp)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        job = serve_job()
+        assert job and job[1] == 'RUNNING', job
+        yield {'tmp': tmp, 'job': job}
+    finally:
+        run_playbook('teardown.yml', dict(VARS, glm_teardown_download=True), tmp)
+        scancel_names([DOWNLOAD, SERVE])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_status_shows_the_running_server(env):
+    proc = run_playbook('status.yml', VARS, env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    job_id = env['job'][0]
+    assert '%s job %s: RUNNING on node' % (SERVE, job_id) in proc.stdout, proc.stdout[-3000:]
+    assert 'answers (HTTP 200 with the key, 401 without)' in proc.stdout, proc.stdout[-3000:]
+
+
+def test_stop_at_lowers_the_end_time_and_keeps_the_job(env):
+    job_id, _state, end = serve_job()
+    current = datetime.datetime.strptime(end, '%Y-%m-%dT%H:%M:%S')
+    stop_at = (current - datetime.timedelta(minutes=10)).strftime('%Y-%m-%dT%H:%M:%S')
+    proc = run_playbook('teardown.yml', dict(VARS, glm_stop_at=stop_at), env['tmp'])
+    assert recap(proc) == (1, 0), proc.stdout[-4000:]
+    assert serve_job() == (job_id, 'RUNNING', stop_at)
+    # the same stop_at again: nothing to change
+    proc = run_playbook('teardown.yml', dict(VARS, glm_stop_at=stop_at), env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+
+
+def test_stop_at_after_the_current_end_is_refused(env):
+    job_id, _state, end = serve_job()
+    later = (datetime.datetime.strptime(end, '%Y-%m-%dT%H:%M:%S') + datetime.timedelta(hours=2))
+    proc = run_playbook('teardown.yml', dict(VARS, glm_stop_at=later.strftime('%Y-%m-%dT%H:%M:%S')), env['tmp'])
+    assert proc.returncode != 0
+    assert 'shorten' in proc.stdout, proc.stdout[-3000:]
+    assert serve_job() == (job_id, 'RUNNING', end)
+
+
+def test_teardown_cancels_then_changes_nothing(env):
+    proc = run_playbook('teardown.yml', VARS, env['tmp'])
+    assert recap(proc) == (1, 0), proc.stdout[-4000:]
+    assert serve_job() is None
+    proc = run_playbook('teardown.yml', VARS, env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    proc = run_playbook('status.yml', VARS, env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    assert '%s job %s: RUNNING' % (SERVE, env['job'][0]) not in proc.stdout
+    assert 'not asked (no running server)' in proc.stdout, proc.stdout[-3000:]
