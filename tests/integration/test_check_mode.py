@@ -2,6 +2,7 @@
 
 - deploy --check on nothing: succeeds, predicts changes, creates no folder, submits no job;
 - after a real deploy, deploy --check: reports changed=0, submits nothing, leaves every file as it was;
+- with a setting that changes serve.sbatch, deploy --check predicts the server's restart and does nothing;
 - teardown --check with the server running: predicts the cancel and cancels nothing.
 
 The job logs (*.out) are left out of the file comparison: the running jobs write them, not the playbook.
@@ -78,6 +79,16 @@ def test_deploy_check_after_a_deploy_changes_nothing(env):
 
     proc = run_playbook('deploy.yml', VARS, env['tmp'], options=['--check'])
     assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    assert new_jobs(env) == jobs
+    assert files(env['work']) == before
+
+
+def test_deploy_check_predicts_the_restart_of_a_changed_server(env):
+    jobs, before = new_jobs(env), files(env['work'])
+    proc = run_playbook('deploy.yml', dict(VARS, server_time='00:20:00'), env['tmp'], options=['--check'])
+    assert recap(proc)[1] == 0, proc.stdout[-4000:]
+    submit = proc.stdout.split('TASK [glm.serve.server : Submit the server job', 1)[1].split('TASK [', 1)[0]
+    assert 'changed: [local]' in submit, submit
     assert new_jobs(env) == jobs
     assert files(env['work']) == before
 
