@@ -155,6 +155,15 @@ def failures(text):
     return found, changed
 
 
+def recap(proc, host='local'):
+    """(changed, failed) of host (the login host of inventory/local) from the play recap of a finished run;
+    fails when there is no recap for it or the host was unreachable."""
+    found = [m for m in RECAP.finditer(proc.stdout) if m.group(1) == host]
+    assert found, 'no play recap for %s:\n%s\n%s' % (host, proc.stdout[-3000:], proc.stderr[-2000:])
+    assert found[-1].group(4) == '0', 'host %s unreachable:\n%s' % (host, proc.stdout[-3000:])
+    return int(found[-1].group(3)), int(found[-1].group(5))
+
+
 def files_holding(root, secret, skip=None):
     """Files under root whose bytes contain secret: list of (path, mode). skip(path) -> True leaves a path out.
     Reads as root; follows no symlink; unreadable special files are skipped."""

@@ -12,29 +12,21 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
-import re
 import shutil
 
 import pytest
 
-from deploy_helpers import isolated_vars, login_home, my_jobs, require_cluster, run_playbook, scancel_names, snapshot
+from deploy_helpers import (isolated_vars, login_home, my_jobs, recap, require_cluster, run_playbook, scancel_names,
+                            snapshot)
 
 WORK = 'glm-it-check'
 DOWNLOAD = 'it-chk-download'
 SERVE = 'it-chk-serve'
 VARS = isolated_vars(WORK, DOWNLOAD, SERVE)
-RECAP = re.compile(r'^local\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)', re.M)
 
 
 def mine(name):
     return name in (DOWNLOAD, SERVE)
-
-
-def recap(proc):
-    """(changed, failed) of the login host `local` (inventory/local), from the play recap."""
-    found = RECAP.findall(proc.stdout)
-    assert found, 'no play recap:\n%s\n%s' % (proc.stdout[-3000:], proc.stderr[-2000:])
-    return int(found[-1][0]), int(found[-1][1])
 
 
 def files(work):

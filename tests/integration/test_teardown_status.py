@@ -12,25 +12,16 @@ __metaclass__ = type
 
 import datetime
 import os
-import re
 import shutil
 
 import pytest
 
-from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names, ssh
+from deploy_helpers import isolated_vars, login_home, recap, require_cluster, run_playbook, scancel_names, ssh
 
 WORK = 'glm-it-teardown'
 DOWNLOAD = 'it-td-download'
 SERVE = 'it-td-serve'
 VARS = isolated_vars(WORK, DOWNLOAD, SERVE, server_time='00:30:00')
-RECAP = re.compile(r'^local\s+: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=(\d+)', re.M)
-
-
-def recap(proc):
-    """(changed, failed) of the login host `local`, from the play recap."""
-    found = RECAP.findall(proc.stdout)
-    assert found, 'no play recap:\n%s\n%s' % (proc.stdout[-3000:], proc.stderr[-2000:])
-    return int(found[-1][0]), int(found[-1][1])
 
 
 def serve_job():
