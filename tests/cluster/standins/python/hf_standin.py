@@ -39,24 +39,9 @@ import os
 import sys
 import time
 
-CONTROL_DIR_DEFAULT = "/var/lib/glm-cluster/control"
+from standin_switch import switch
+
 CHUNKS_PER_FILE = 16
-
-
-def switch(name, default=None):
-    """Value of a switch: env GLM_STANDIN_<NAME> first, then the control file NAME, else default."""
-    env_name = "GLM_STANDIN_" + name.upper().replace("-", "_")
-    value = os.environ.get(env_name)
-    if value is None:
-        path = os.path.join(os.environ.get("GLM_STANDIN_CONTROL") or CONTROL_DIR_DEFAULT, name)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                value = handle.read().strip()
-        except OSError:
-            value = None
-    if value is None or value == "":
-        return default
-    return value
 
 
 def number(name, default, kind=float):

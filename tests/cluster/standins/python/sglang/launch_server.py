@@ -57,8 +57,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang.standin_args import prepare_server_args
+from standin_switch import switch
 
-CONTROL_DIR_DEFAULT = "/var/lib/glm-cluster/control"
 GPU_TOTAL_GIB = 79.19          # what torch reports for an 80 GB H100
 WEIGHTS_GB = 328.0             # GLM-5.3-Flash in FP8
 ATTENTION_HEADS = 64
@@ -70,19 +70,6 @@ FP4_KV_DTYPES = ("nvfp4", "fp4_mx_block16")
 SRC = "/sgl-workspace/sglang/python/sglang/srt"
 
 _PRINT_LOCK = threading.Lock()
-
-
-def switch(name, default=None):
-    """Value of a switch: env GLM_STANDIN_<NAME> first, then the control file NAME, else default."""
-    value = os.environ.get("GLM_STANDIN_" + name.upper().replace("-", "_"))
-    if value is None:
-        path = os.path.join(os.environ.get("GLM_STANDIN_CONTROL") or CONTROL_DIR_DEFAULT, name)
-        try:
-            with open(path, encoding="utf-8") as handle:
-                value = handle.read().strip()
-        except OSError:
-            value = None
-    return default if value in (None, "") else value
 
 
 def seconds(name, default):
