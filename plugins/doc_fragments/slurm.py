@@ -72,3 +72,39 @@ options:
     type: int
     default: 60
 '''
+
+    # The server probe: slurm_job waits for it, slurm_job_info reports it.
+    PROBE = r'''
+options:
+  probe:
+    description:
+      - Ask the server a job runs, C(GET http://NODE:PORT/PATH) with the API key, on the job's first node.
+      - With M(glm.serve.slurm_job) and its C(wait) option, the wait ends when it answers HTTP 200 and lists O(probe.model); the port is
+        polled every second once the job runs, which costs the controller nothing. HTTP 401 fails at once (the server runs
+        with another key). Connection refused or timeouts mean the server is still starting.
+      - With M(glm.serve.slurm_job_info), each RUNNING job is asked once and the answer is returned in C(jobs[].probe).
+    type: dict
+    suboptions:
+      port:
+        description: TCP port of the server.
+        type: int
+        required: true
+      path:
+        description: Path of the model list.
+        type: str
+        default: /v1/models
+      key_file:
+        description:
+          - File on the host holding the API key (first line). The key is read by the module on the host, sent only in the
+            C(Authorization) header, and never returned or logged (it is also masked in the output lines the module returns).
+        type: path
+        required: true
+      model:
+        description: The model id expected in C(data[].id).
+        type: str
+        required: true
+      timeout:
+        description: Timeout of each HTTP request, in seconds.
+        type: int
+        default: 5
+'''

@@ -4,8 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What slurm_job and slurm_job_info do: present, absent and info, on top of SlurmCli and JobWaiter.
 
-The functions take the module's parameters as a dict and return the result dict; they raise
-SlurmError or WaitFailed, which the modules turn into ``fail_json``.
+Each action takes one :class:`Context` (the CLI client, the module's parameters, check mode, warn, the clock)
+and returns the result dict; it raises SlurmError, WaitFailed or ActionError, which the modules turn into
+``fail_json`` with :func:`fail_kwargs`.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +25,8 @@ except ImportError:  # pragma: no cover - not POSIX
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
-from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, WaitFailed
+from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed
+from ansible_collections.glm.serve.plugins.module_utils.wait_policy import WaitPolicy
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 
 RESULT_JOB_KEYS = ('job_id', 'name', 'user', 'state', 'reason', 'nodes', 'exit_code', 'output_path')
@@ -45,11 +47,38 @@ def current_user():
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-def base_result(cli, user, name=None):
+class Context:
+    """What every step of an action needs: the CLI client, the module's parameters, check mode, ``warn`` and
+    ``log`` (the module's), the file system the waiter watches, and one clock (the client's)."""
+
+    def __init__(self, cli, params, check_mode=False, warn=None, log=None, files=None):
+        self.cli = cli
+        self.params = params
+        self.check_mode = check_mode
+        self.warn = warn or (lambda msg: None)
+        self.log = log or (lambda msg: None)
+        self.files = files
+        self.clock = cli.clock
+        self.retry_timeout = params.get('retry_timeout') or 120
+        self.name = params.get('name')
+        self._user = params.get('user')
+
+    @property
+    def user(self):
+        if self._user is None:
+            self._user = current_user()
+        return self._user
+
+    def retry(self, func, *args, **kwargs):
+        """func, with the controller's outages retried for up to ``retry_timeout`` seconds."""
+        return self.cli.retry(func, self.retry_timeout, *args, **kwargs)
+
+
+def base_result(ctx):
     return {
-        'changed': False, 'job_id': None, 'cluster': None, 'name': name, 'user': user, 'state': None,
+        'changed': False, 'job_id': None, 'cluster': None, 'name': ctx.name, 'user': ctx.user, 'state': None,
         'reason': None, 'nodes': None, 'exit_code': None, 'output_path': None, 'submitted': False,
-        'cancelled': [], 'chain': [], 'duration': 0.0, 'slurm_version': cli.version()[0], 'polls': 0,
+        'cancelled': [], 'chain': [], 'duration': 0.0, 'slurm_version': ctx.cli.version()[0], 'polls': 0,
         'events': [],
     }
 
@@ -67,7 +96,13 @@ def chain_entries(chain):
 
 
 def is_live(job):
+    """In the queue and not ending: the one list of live states, ``slurm_parse.LIVE_STATES``."""
     return job.get('state') in sp.LIVE_STATES
+
+
+def is_ending(job):
+    """Still on its node but finishing (COMPLETING, STAGE_OUT): not live, not gone either."""
+    return job.get('state') in sp.ENDING_STATES
 
 
 def is_dead_pending(job):
@@ -75,10 +110,12 @@ def is_dead_pending(job):
     return job.get('state') == 'PENDING' and job.get('reason') == sp.NEVER_SATISFIED
 
 
-def find_live(cli, name, user, retry_timeout):
-    """Live jobs of name+user, newest first."""
-    rows = cli.retry(cli.squeue, retry_timeout, name=name, user=user)
-    rows = [r for r in rows if r.get('name') == name and (not user or r.get('user') == user) and is_live(r)]
+def find_live(ctx, name=None, retry_timeout=None):
+    """Live jobs of name (the context's by default) and the context's user, newest first."""
+    name = name or ctx.name
+    timeout = ctx.retry_timeout if retry_timeout is None else retry_timeout
+    rows = ctx.cli.retry(ctx.cli.squeue, timeout, name=name, user=ctx.user)
+    rows = [r for r in rows if r.get('name') == name and (not ctx.user or r.get('user') == ctx.user) and is_live(r)]
     return sorted(rows, key=lambda r: _id_key(r['job_id']), reverse=True)
 
 
@@ -87,16 +124,16 @@ def _id_key(job_id):
     return int(head) if head.isdigit() else 0
 
 
-def lookup(cli, job_id, retry_timeout):
+def lookup(ctx, job_id):
     """The job with this id (finished ones too, while Slurm remembers them), or None."""
-    return cli.retry(cli.show_job, retry_timeout, str(job_id))
+    return ctx.retry(ctx.cli.show_job, str(job_id))
 
 
-def details(cli, job, retry_timeout):
+def details(ctx, job):
     """Add output_path and exit_code (scontrol show job) to a squeue row."""
     if job is None or job.get('output_path'):
         return job
-    shown = cli.retry(cli.show_job, retry_timeout, job['job_id'])
+    shown = ctx.retry(ctx.cli.show_job, job['job_id'])
     if shown:
         merged = dict(job)
         for key, value in shown.items():
@@ -205,20 +242,7 @@ def matching_hints(hints, exc):
     return found
 
 
-def add_hints(msg, hints):
-    """The message with the hints inserted before the log tail (or at the end)."""
-    if not hints:
-        return msg
-    text = '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in hints)
-    cut = msg.find('. Last lines of ')
-    if cut < 0:
-        cut = msg.find('. Its output file ')
-    if cut < 0:
-        return msg.rstrip('.') + text
-    return msg[:cut] + text[:-1] + msg[cut:]
-
-
-def submitted_before(cli, job, path, retry_timeout):
+def submitted_before(ctx, job, path):
     """True when the job was submitted before path was last modified (a job submitted after it starts with what
     the file holds now). A missing file or an unknown submit time: False."""
     try:
@@ -227,28 +251,39 @@ def submitted_before(cli, job, path, retry_timeout):
         return False
     submitted = sp.parse_time(job.get('submit_time'))
     if submitted is None:
-        shown = cli.retry(cli.show_job, retry_timeout, job['job_id'])
+        shown = ctx.retry(ctx.cli.show_job, job['job_id'])
         submitted = sp.parse_time((shown or {}).get('submit_time'))
     # Slurm's times have whole seconds: a job submitted in the same second as the change counts as after it
     return submitted is not None and submitted < int(mtime)
 
 
-def script_changed(cli, job, script, warn):
+def script_changed(ctx, job, script):
     """True when the script Slurm stored for the live job differs from the script file now."""
     try:
         with open(script, 'rb') as handle:
             current = handle.read().decode('utf-8', 'replace')
     except (IOError, OSError):
         return False
-    stored = cli.batch_script(job['job_id'])
+    stored = ctx.cli.batch_script(job['job_id'])
     if stored is None:
-        warn('Slurm did not give the batch script of job %s (scontrol write batch_script): it is kept as it is' % job['job_id'])
+        ctx.warn('Slurm did not give the batch script of job %s (scontrol write batch_script): it is kept as it is' % job['job_id'])
         return False
     return stored != current
 
 
-def make_probe(params):
-    probe = params.get('probe')
+def probe_options():
+    """The sub-options of both modules' ``probe`` option (documented in the doc fragment glm.serve.slurm.probe)."""
+    return dict(
+        port=dict(type='int', required=True),
+        path=dict(type='str', default='/v1/models'),
+        key_file=dict(type='path', required=True, no_log=False),
+        model=dict(type='str', required=True),
+        timeout=dict(type='int', default=5),
+    )
+
+
+def make_probe(probe):
+    """A ModelProbe for the module's ``probe`` option (None without it), and the key (a secret to redact)."""
     if not probe:
         return None, ()
     try:
@@ -267,20 +302,22 @@ def parse_umask(value):
         raise ActionError('umask must be an octal string such as "0077", got %r' % (value,))
 
 
-def run_wait(cli, params, job_id, result, known=None, parents=(), until_gone=False, clock=None, log=None, files=None,
-             probe=None, secrets=(), timeout=None, hints=()):
-    waiter = JobWaiter(
-        cli, job_id, success=params.get('wait_condition') or ['RUNNING'],
-        timeout=timeout if timeout is not None else params['wait_timeout'], sleep_cap=params['wait_sleep'],
-        parents=parents, probe=probe, clock=clock, files=files, log=log, secrets=secrets, until_gone=until_gone, known=known,
-        cancel_dead=params.get('kill_on_invalid_dep', True) and not until_gone)
+def policy(params, timeout=None):
+    """The waiter's policy from the module's wait options."""
+    return WaitPolicy(timeout=params['wait_timeout'] if timeout is None else timeout, cap=params['wait_sleep'])
+
+
+def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hints=()):
+    """Wait for ``target`` (a job_waiter.Target); fill ``result`` with what the wait saw, also when it fails."""
+    waiter = JobWaiter(ctx.cli, target, policy=policy(ctx.params, timeout), clock=ctx.clock, files=ctx.files,
+                       secrets=secrets, on_event=lambda event: ctx.log('slurm_job wait: %s' % event['line']),
+                       until_gone=until_gone, cancel_dead=ctx.params.get('kill_on_invalid_dep', True) and not until_gone)
     try:
         outcome = waiter.wait()
     except WaitFailed as exc:
-        found = matching_hints(hints, exc)
-        if found:
-            exc.msg = add_hints(exc.msg, found)
-            result['hints'] = found
+        exc.hints = matching_hints(hints, exc)
+        if exc.hints:
+            result['hints'] = exc.hints
         for cancelled in exc.cancelled:
             if cancelled not in result['cancelled']:
                 result['cancelled'].append(cancelled)
@@ -288,9 +325,10 @@ def run_wait(cli, params, job_id, result, known=None, parents=(), until_gone=Fal
         fill_job(result, exc.job)
         result['chain'] = chain_entries(exc.chain)
         result['events'] = list(waiter.events)
-        result['duration'] = round(waiter.clock.now() - waiter.start, 3) if waiter.start is not None else 0.0
-        if waiter.endpoint:
-            result['endpoint'] = waiter.endpoint
+        result['duration'] = round(ctx.clock.now() - waiter.start, 3) if waiter.start is not None else 0.0
+        endpoint = waiter.targets[0].port.endpoint if waiter.targets[0].port else None
+        if endpoint:
+            result['endpoint'] = endpoint
         if exc.log_tail:
             result['log_tail'] = exc.log_tail
         raise
@@ -300,7 +338,7 @@ def run_wait(cli, params, job_id, result, known=None, parents=(), until_gone=Fal
     result['chain'] = chain_entries(outcome['chain'])
     result['events'] = outcome['events']
     result['duration'] = outcome['duration']
-    if probe is not None:
+    if target.probe is not None:
         result['endpoint'] = outcome['endpoint']
         result['models'] = outcome['models']
         result['max_model_len'] = outcome['max_model_len']
@@ -316,96 +354,102 @@ def _norm_time(value):
     return value
 
 
-def apply_end_time(cli, params, job, result, check_mode, warn):
-    wanted = _norm_time(params.get('end_time'))
+def apply_end_time(ctx, job, result):
+    wanted = _norm_time(ctx.params.get('end_time'))
     if not wanted or not job:
         return
     if job.get('state') != 'RUNNING':
-        warn('end_time applies to a RUNNING job; job %s is %s, so its end time was not changed' % (job['job_id'], job.get('state')))
+        ctx.warn('end_time applies to a RUNNING job; job %s is %s, so its end time was not changed' % (job['job_id'], job.get('state')))
         return
     if _norm_time(job.get('end_time')) == wanted:
         return
     result['changed'] = True
     result['end_time_changed'] = {'before': job.get('end_time'), 'after': wanted}
-    if not check_mode:
-        cli.update_end_time(job['job_id'], wanted)
+    if not ctx.check_mode:
+        ctx.cli.update_end_time(job['job_id'], wanted)
 
 
-def present(cli, params, check_mode=False, clock=None, log=None, warn=None, files=None):
-    warn = warn or (lambda msg: None)
-    retry_timeout = params.get('retry_timeout') or 120
-    user = params.get('user') or current_user()
-    name = params.get('name')
-    result = base_result(cli, user, name)
+def _dependency_ids(params):
+    return [str(i).split(';', 1)[0] for d in (params.get('dependency') or []) for i in (d.get('job_ids') or [])]
+
+
+def present(ctx):
+    """Adopt or submit the job (``name`` + user, or ``job_id``), then wait for it and set its end time."""
+    params = ctx.params
+    result = base_result(ctx)
     hints = compile_hints(params.get('hints'))
-    probe, secrets = make_probe(params) if params.get('wait') and not check_mode else (None, ())
-    dep_ids = [str(i).split(';', 1)[0] for d in (params.get('dependency') or []) for i in (d.get('job_ids') or [])]
+    waits = params.get('wait') and not ctx.check_mode
+    probe, secrets = make_probe(params.get('probe')) if waits else (None, ())
     try:
-        job = None
-        if params.get('job_id'):
-            job = lookup(cli, params['job_id'], retry_timeout)
-            if job is None:
-                raise ActionError('job %s is not known to Slurm (Invalid job id specified): it never existed or was purged '
-                                  'after it ended; drop job_id to submit a new job' % params['job_id'])
-        else:
-            if not name:
-                raise ActionError('state=present needs name (the job name, with user the idempotency key) or job_id')
-            lock = SubmitLock(None if check_mode else lock_path(params, name, user), cli.clock, retry_timeout, warn)
-            with lock:
-                job = find_or_submit(cli, params, name, user, result, check_mode, retry_timeout, warn)
+        job = adopt_by_id(ctx) if params.get('job_id') else adopt_or_submit(ctx, result)
         if job is not None and job.get('job_id'):
             result['job_id'] = job['job_id']
-            if not check_mode or not result['submitted']:
-                job = details(cli, job, retry_timeout)
+            if not ctx.check_mode or not result['submitted']:
+                job = details(ctx, job)
             fill_job(result, job)
             result['chain'] = chain_entries([job])
-        if params.get('wait') and not check_mode and result['job_id']:
-            outcome = run_wait(cli, params, result['job_id'], result, known=job, parents=dep_ids, clock=clock, log=log,
-                               files=files, probe=probe, secrets=secrets, hints=hints)
-            job = outcome['job']
+        if waits and result['job_id']:
+            target = Target(result['job_id'], success=params.get('wait_condition') or ['RUNNING'],
+                            parents=_dependency_ids(params), probe=probe, known=job)
+            job = run_wait(ctx, result, target, secrets=secrets, hints=hints)['job']
         if job is not None and job.get('job_id') and params.get('end_time'):
-            apply_end_time(cli, params, job, result, check_mode, warn)
+            apply_end_time(ctx, job, result)
     except Exception as exc:
         exc.result = result
         raise
     finally:
-        result['polls'] = cli.polls
+        result['polls'] = ctx.cli.polls
     return result
 
 
-def find_or_submit(cli, params, name, user, result, check_mode, retry_timeout, warn):
+def adopt_by_id(ctx):
+    job = lookup(ctx, ctx.params['job_id'])
+    if job is None:
+        raise ActionError('job %s is not known to Slurm (Invalid job id specified): it never existed or was purged '
+                          'after it ended; drop job_id to submit a new job' % ctx.params['job_id'])
+    return job
+
+
+def adopt_or_submit(ctx, result):
+    if not ctx.name:
+        raise ActionError('state=present needs name (the job name, with user the idempotency key) or job_id')
+    with SubmitLock(None if ctx.check_mode else lock_path(ctx.params, ctx.name, ctx.user), ctx.clock, ctx.retry_timeout, ctx.warn):
+        return find_or_submit(ctx, result)
+
+
+def find_or_submit(ctx, result):
     """Adopt the live job of name+user, or cancel what must go and submit. Run under SubmitLock."""
-    live = find_live(cli, name, user, retry_timeout)
-    dead = [j for j in live if is_dead_pending(j)]
+    params = ctx.params
+    live = find_live(ctx)
+    to_cancel = [j['job_id'] for j in live if is_dead_pending(j)]
     live = [j for j in live if not is_dead_pending(j)]
-    to_cancel = [j['job_id'] for j in dead]
     job = None
     older_than = params.get('recreate_if_older_than')
-    if live and not params.get('recreate') and older_than and submitted_before(cli, live[0], older_than, retry_timeout):
+    if live and not params.get('recreate') and older_than and submitted_before(ctx, live[0], older_than):
         result['older_than'] = older_than
         to_cancel += [j['job_id'] for j in live]
         live = []
     if live and not params.get('recreate'):
         job = live[0]
         if len(live) > 1:
-            warn('%d live jobs are named %s for user %s (%s): using the newest' % (
-                len(live), name, user, ', '.join(j['job_id'] for j in live)))
-        if params.get('recreate_on_change') and params.get('script') and script_changed(cli, job, params['script'], warn):
+            ctx.warn('%d live jobs are named %s for user %s (%s): using the newest' % (
+                len(live), ctx.name, ctx.user, ', '.join(j['job_id'] for j in live)))
+        if params.get('recreate_on_change') and params.get('script') and script_changed(ctx, job, params['script']):
             result['script_changed'] = True
             job = None
     if job is None:
         to_cancel += [j['job_id'] for j in live]
-        job = submit(cli, params, name, user, to_cancel, result, check_mode, retry_timeout, warn)
-        if not check_mode and job.get('job_id'):
-            job = keep_oldest(cli, job, name, user, to_cancel, result, retry_timeout, warn)
+        job = submit(ctx, to_cancel, result)
+        if not ctx.check_mode and job.get('job_id'):
+            job = keep_oldest(ctx, job, to_cancel, result)
     return job
 
 
-def keep_oldest(cli, job, name, user, to_cancel, result, retry_timeout, warn):
+def keep_oldest(ctx, job, to_cancel, result):
     """After sbatch: when another live job of name+user appeared meanwhile (a run on another login node, without
     the shared lock), keep the oldest and cancel ours if it is not, so that one job remains."""
     try:
-        live = find_live(cli, name, user, retry_timeout)
+        live = find_live(ctx)
     except SlurmError:
         return job
     others = [j for j in live if j['job_id'] != job['job_id'] and j['job_id'] not in to_cancel and not is_dead_pending(j)]
@@ -414,77 +458,77 @@ def keep_oldest(cli, job, name, user, to_cancel, result, retry_timeout, warn):
     oldest = min(others, key=lambda j: _id_key(j['job_id']))
     if _id_key(oldest['job_id']) > _id_key(job['job_id']):
         return job  # ours is the oldest: the other run cancels its own
-    cli.retry(cli.cancel, retry_timeout, [job['job_id']])
-    warn('job %s of name %s was submitted by another run at the same time: it is adopted, and job %s (this run\'s) '
-         'was cancelled' % (oldest['job_id'], name, job['job_id']))
+    ctx.retry(ctx.cli.cancel, [job['job_id']])
+    ctx.warn('job %s of name %s was submitted by another run at the same time: it is adopted, and job %s (this run\'s) '
+             'was cancelled' % (oldest['job_id'], ctx.name, job['job_id']))
     result['cancelled'].append(job['job_id'])
     result['submitted'] = False
     result['cluster'] = None
     return oldest
 
 
-def submit(cli, params, name, user, to_cancel, result, check_mode, retry_timeout, warn):
+def submit(ctx, to_cancel, result):
     """Cancel to_cancel, then sbatch. Returns the new job dict ({'job_id': None} in check mode)."""
+    params, cli = ctx.params, ctx.cli
     script = params.get('script')
     if not script:
-        raise ActionError('state=present needs script (the batch script path on the host) to submit job %s' % name)
+        raise ActionError('state=present needs script (the batch script path on the host) to submit job %s' % ctx.name)
     chdir = params.get('chdir') or os.path.dirname(os.path.abspath(script))
     umask = parse_umask(params.get('umask') or '0077')
     for path, kind, test in ((script, 'batch script', os.path.isfile), (chdir, 'chdir directory', os.path.isdir)):
         if not test(path):
-            if check_mode:
-                warn('the %s %s does not exist (yet): in a real run the task would fail unless it is created first' % (kind, path))
+            if ctx.check_mode:
+                ctx.warn('the %s %s does not exist (yet): in a real run the task would fail unless it is created first' % (kind, path))
             else:
                 raise ActionError('the %s %s does not exist on the host' % (kind, path))
-    argv = cli.sbatch_argv(script, name, params.get('dependency'), params.get('kill_on_invalid_dep', True), params.get('sbatch_args'))
+    argv = cli.sbatch_argv(script, ctx.name, params.get('dependency'), params.get('kill_on_invalid_dep', True), params.get('sbatch_args'))
     result['changed'] = True
     result['submitted'] = True
     result['cancelled'] = list(to_cancel)
     result['sbatch_cmd'] = argv
-    if check_mode:
-        return {'job_id': None, 'name': name, 'user': user}
+    if ctx.check_mode:
+        return {'job_id': None, 'name': ctx.name, 'user': ctx.user}
     if to_cancel:
-        cli.retry(cli.cancel, retry_timeout, to_cancel)
-    deadline = cli.clock.now() + retry_timeout
+        ctx.retry(cli.cancel, to_cancel)
+    deadline = ctx.clock.now() + ctx.retry_timeout
     delay = 1.0
     while True:
         try:
             job_id, cluster = cli.submit(argv, chdir, umask)
             break
         except SlurmTransientError:
-            if cli.clock.now() >= deadline:
+            if ctx.clock.now() >= deadline:
                 raise
-            cli.clock.sleep(delay)
+            ctx.clock.sleep(delay)
             delay = min(delay * 2, 30.0)
             # the request may have reached the controller before the answer was lost: adopt, never submit twice
             try:
-                live = [j for j in find_live(cli, name, user, 0) if j['job_id'] not in to_cancel]
+                live = [j for j in find_live(ctx, retry_timeout=0) if j['job_id'] not in to_cancel]
             except SlurmTransientError:
                 live = []
             if live:
-                warn('sbatch lost its answer; job %s of that name has appeared and was adopted' % live[0]['job_id'])
+                ctx.warn('sbatch lost its answer; job %s of that name has appeared and was adopted' % live[0]['job_id'])
                 result['cluster'] = None
                 return live[0]
     result['cluster'] = cluster
-    return {'job_id': job_id, 'name': name, 'user': user, 'state': 'PENDING'}
+    return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING'}
 
 
-def absent(cli, params, check_mode=False, clock=None, log=None, warn=None, files=None):
-    retry_timeout = params.get('retry_timeout') or 120
-    user = params.get('user') or current_user()
-    name = params.get('name')
-    result = base_result(cli, user, name)
+def absent(ctx):
+    """Cancel the live jobs of name+user (or the job ``job_id``); with ``wait``, until Slurm has let them go."""
+    params = ctx.params
+    result = base_result(ctx)
     try:
         if params.get('job_id'):
-            job = lookup(cli, params['job_id'], retry_timeout)
+            job = lookup(ctx, params['job_id'])
             jobs = [job] if job else []
             if not job:
                 result['job_id'] = str(params['job_id'])
                 result['state'] = 'PURGED'
         else:
-            if not name:
+            if not ctx.name:
                 raise ActionError('state=absent needs job_id or name')
-            jobs = find_live(cli, name, user, retry_timeout)
+            jobs = find_live(ctx)
         targets = [j for j in jobs if is_live(j)]
         if jobs:
             fill_job(result, jobs[0])
@@ -492,45 +536,64 @@ def absent(cli, params, check_mode=False, clock=None, log=None, warn=None, files
         if targets:
             result['changed'] = True
             result['cancelled'] = [j['job_id'] for j in targets]
-            if not check_mode:
-                cli.retry(cli.cancel, retry_timeout, result['cancelled'])
+            if not ctx.check_mode:
+                ctx.retry(ctx.cli.cancel, result['cancelled'])
                 if params.get('wait'):
-                    start = cli.clock.now()
+                    start = ctx.clock.now()
                     for job in targets:
-                        remaining = max(0, params['wait_timeout'] - (cli.clock.now() - start))
-                        run_wait(cli, params, job['job_id'], result, known=job, until_gone=True, clock=clock, log=log,
-                                 files=files, timeout=remaining)
-                    result['duration'] = round(cli.clock.now() - start, 3)
+                        remaining = max(0, params['wait_timeout'] - (ctx.clock.now() - start))
+                        run_wait(ctx, result, Target(job['job_id'], known=job), until_gone=True, timeout=remaining)
+                    result['duration'] = round(ctx.clock.now() - start, 3)
                     result['chain'] = chain_entries(
                         [dict(j, state=result['state']) if j['job_id'] == result['job_id'] else j for j in targets])
     except Exception as exc:
         exc.result = result
         raise
     finally:
-        result['polls'] = cli.polls
+        result['polls'] = ctx.cli.polls
     return result
 
 
-def info(cli, params):
-    retry_timeout = params.get('retry_timeout') or 120
+def info(ctx):
+    """The jobs asked for (ids, name, user), oldest first, each marked ``live``/``ending``; with ``probe``, the
+    server's answer of each RUNNING job."""
+    params, cli = ctx.params, ctx.cli
+    probe, _secrets = make_probe(params.get('probe'))
     job_ids = [str(j) for j in (params.get('job_ids') or [])]
     user = None if params.get('all_users') else (params.get('user') or (None if job_ids else current_user()))
-    rows = cli.retry(cli.squeue, retry_timeout, job_ids=job_ids or None, name=params.get('name'), user=user, all_states=True)
+    rows = ctx.retry(cli.squeue, job_ids=job_ids or None, name=params.get('name'), user=user, all_states=True)
     found = set(r['job_id'] for r in rows)
     missing = []
     for job_id in job_ids:
         if job_id not in found:
-            shown = cli.retry(cli.show_job, retry_timeout, job_id)
+            shown = ctx.retry(cli.show_job, job_id)
             if shown:
                 rows.append(shown)
             else:
                 missing.append(job_id)
+    wanted_live = params.get('live')
     jobs = []
     for row in sorted(rows, key=lambda r: _id_key(r['job_id'])):
+        if wanted_live is not None and is_live(row) != wanted_live:
+            continue
         if params.get('details', True):
-            row = details(cli, row, retry_timeout)
-        jobs.append(dict((k, row.get(k)) for k in INFO_KEYS))
+            row = details(ctx, row)
+        job = dict((k, row.get(k)) for k in INFO_KEYS)
+        job.update(live=is_live(row), ending=is_ending(row))
+        if probe is not None:
+            job['probe'] = probe_job(probe, row)
+        jobs.append(job)
     return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls}
+
+
+def probe_job(probe, job):
+    """The server's answer on a RUNNING job's first node, as a dict (None for a job that does not run)."""
+    node = sp.first_host(job.get('nodes') or job.get('batch_host'))
+    if job.get('state') != 'RUNNING' or not node:
+        return None
+    answer = probe.check(node)
+    return {'status': answer.status, 'detail': answer.detail, 'answered': answer.answered,
+            'endpoint': probe.endpoint(node), 'models': answer.models, 'max_model_len': answer.max_model_len}
 
 
 def fail_kwargs(exc, result=None):
@@ -541,6 +604,7 @@ def fail_kwargs(exc, result=None):
     elif isinstance(exc, WaitFailed):
         kwargs['msg'] = exc.msg
         kwargs['timed_out'] = exc.timed_out
+        kwargs['failure'] = exc.as_dict()
         if exc.log_tail:
             kwargs['log_tail'] = exc.log_tail
     else:

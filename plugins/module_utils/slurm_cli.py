@@ -51,8 +51,9 @@ class SlurmTransientError(SlurmError):
 class SlurmCli:
     """Runs the Slurm commands for one module invocation.
 
-    ``polls`` counts the squeue/scontrol calls that reach slurmctld (sbatch and scancel are counted in
-    ``calls`` only). ``clock`` (an object with ``now()`` and ``sleep(s)``) is used by ``retry``.
+    ``polls`` counts the squeue/scontrol queries that reach slurmctld (sbatch and scancel are not counted).
+    ``clock`` (an object with ``now()`` and ``sleep(s)``) is the one clock of a module run: ``retry``, the submit
+    lock and the waiter use it.
     """
 
     def __init__(self, module, clock=None):
@@ -63,7 +64,6 @@ class SlurmCli:
         self._version_tuple = None
         self._only_job_state = None
         self.polls = 0
-        self.calls = 0
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -74,7 +74,6 @@ class SlurmCli:
 
     def run(self, argv, cwd=None, umask=None, environ=None, poll=True):
         """Run argv; return (rc, stdout, stderr). Raises SlurmTransientError on controller trouble."""
-        self.calls += 1
         if poll:
             self.polls += 1
         kwargs = {'environ_update': dict(environ if environ is not None else QUERY_ENV)}
@@ -174,14 +173,9 @@ class SlurmCli:
         self._only_job_state = False
         return None
 
-    def poll(self, job_ids, cheap=False):
-        """The current rows of known job ids: one ``--only-job-state`` call when ``cheap`` and available,
-        else one ``scontrol --local show job`` per id (a single REQUEST_JOB_INFO_SINGLE RPC each).
-        Purged ids are absent from the result."""
-        if cheap:
-            rows = self.states(job_ids)
-            if rows is not None:
-                return rows
+    def poll(self, job_ids):
+        """The current rows of known job ids: one ``scontrol --local show job`` per id (a single
+        REQUEST_JOB_INFO_SINGLE RPC each). Purged ids are absent from the result."""
         rows = []
         for job_id in job_ids:
             job = self.show_job(job_id)

@@ -42,6 +42,10 @@ FAILED_STATES = frozenset([
 #: Every terminal state.
 TERMINAL_STATES = FAILED_STATES | frozenset(['COMPLETED'])
 
+#: The states a wait can be for (slurm_job's wait_condition choices), in the order a job meets them.
+WAIT_STATES = ('PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'COMPLETED', 'SUSPENDED', 'FAILED', 'CANCELLED',
+               'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED')
+
 #: Reasons of a PENDING job that mean: waiting for a free node (said so in timeout messages).
 RESOURCE_REASONS = frozenset([
     'Resources', 'Priority', 'ReqNodeNotAvail', 'Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions',

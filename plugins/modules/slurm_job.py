@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - glm.serve.slurm
   - glm.serve.slurm.wait
+  - glm.serve.slurm.probe
 attributes:
   check_mode:
     description: Predicts C(changed); submits, cancels and updates nothing, and does not wait.
@@ -154,35 +155,6 @@ options:
         set with C(scontrol update JobId=N EndTime=...) when it differs from the job's current end.
       - Only a running job is changed; users may only shorten their jobs.
     type: str
-  probe:
-    description:
-      - With O(wait) and a job that runs a server, wait until C(http://NODE:PORT/PATH) answers HTTP 200 and lists O(probe.model).
-      - The node is the job's first node. The port is polled every second once the job runs; it costs the controller nothing.
-      - HTTP 401 fails at once (the server runs with another key). Connection refused or timeouts mean the server is still starting.
-    type: dict
-    suboptions:
-      port:
-        description: TCP port of the server.
-        type: int
-        required: true
-      path:
-        description: Path of the model list.
-        type: str
-        default: /v1/models
-      key_file:
-        description:
-          - File on the host holding the API key (first line). The key is read by the module on the host, sent only in the
-            C(Authorization) header, and never returned or logged (it is also masked in the output lines the module returns).
-        type: path
-        required: true
-      model:
-        description: The model id expected in C(data[].id).
-        type: str
-        required: true
-      timeout:
-        description: Timeout of each HTTP request, in seconds.
-        type: int
-        default: 5
 seealso:
   - module: glm.serve.slurm_job_info
 '''
@@ -353,16 +325,75 @@ log_tail:
   returned: on failure
   type: list
   elements: str
+failure:
+  description:
+    - Why the wait failed, in parts, so that a playbook can branch on them; C(msg) is these parts in one message.
+  returned: when the wait failed
+  type: dict
+  contains:
+    kind:
+      description:
+        - V(timeout), V(ended) (a state not waited for), V(dependency) (a job it depends on failed), V(requeued),
+          V(purged) (Slurm forgot the job), V(unauthorized) (the server refused the key), V(wrong_model).
+      type: str
+      sample: dependency
+    summary:
+      description: What happened, one sentence.
+      type: str
+      sample: job 4124 (glm-serve) can never start
+    reason:
+      description: Why, in words.
+      type: str
+    notes:
+      description: Further facts (what the server last answered, what the job waits for).
+      type: list
+      elements: str
+    job_id:
+      description: The job whose state and log explain the failure (the job waited for, or the parent that failed).
+      type: str
+      sample: "4123"
+    name:
+      description: Its name.
+      type: str
+      sample: glm-download
+    state:
+      description: Its state.
+      type: str
+      sample: FAILED
+    slurm_reason:
+      description: Slurm's reason for that state.
+      type: str
+      sample: NonZeroExitCode
+    exit_code:
+      description: Its exit code C(code:signal).
+      type: str
+      sample: "1:0"
+    log_path:
+      description: Its output file.
+      type: str
+    log_tail:
+      description: The last lines of that file (secrets masked).
+      type: list
+      elements: str
+    hints:
+      description: The texts of O(hints) that matched.
+      type: list
+      elements: str
+    timed_out:
+      description: True when the wait timed out.
+      type: bool
+    cancelled:
+      description: Jobs the wait cancelled because they could never run.
+      type: list
+      elements: str
 '''
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.glm.serve.plugins.module_utils import job_actions
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.job_waiter import WaitFailed
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmCli, SlurmError
-
-JOB_STATES = ['PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'COMPLETED', 'SUSPENDED', 'FAILED', 'CANCELLED',
-              'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE', 'PREEMPTED']
 
 
 def argument_spec():
@@ -390,16 +421,10 @@ def argument_spec():
         user=dict(type='str'),
         end_time=dict(type='str'),
         wait=dict(type='bool', default=False),
-        wait_condition=dict(type='list', elements='str', default=['RUNNING'], choices=JOB_STATES),
+        wait_condition=dict(type='list', elements='str', default=['RUNNING'], choices=list(sp.WAIT_STATES)),
         wait_timeout=dict(type='int', default=600),
         wait_sleep=dict(type='int', default=60),
-        probe=dict(type='dict', options=dict(
-            port=dict(type='int', required=True),
-            path=dict(type='str', default='/v1/models'),
-            key_file=dict(type='path', required=True, no_log=False),
-            model=dict(type='str', required=True),
-            timeout=dict(type='int', default=5),
-        )),
+        probe=dict(type='dict', options=job_actions.probe_options()),
         retry_timeout=dict(type='int', default=120),
     )
 
@@ -407,10 +432,10 @@ def argument_spec():
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
                            required_one_of=[('name', 'job_id')])
-    cli = SlurmCli(module)
+    ctx = job_actions.Context(SlurmCli(module), module.params, check_mode=module.check_mode, warn=module.warn, log=module.log)
     action = job_actions.present if module.params['state'] == 'present' else job_actions.absent
     try:
-        result = action(cli, module.params, check_mode=module.check_mode, log=module.log, warn=module.warn)
+        result = action(ctx)
     except (SlurmError, WaitFailed, job_actions.ActionError) as exc:
         module.fail_json(**job_actions.fail_kwargs(exc))
     module.exit_json(**result)

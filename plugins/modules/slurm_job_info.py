@@ -21,6 +21,7 @@ author:
   - glm.serve maintainers (@glm-serve)
 extends_documentation_fragment:
   - glm.serve.slurm
+  - glm.serve.slurm.probe
 attributes:
   check_mode:
     description: Reads only; runs the same in check mode.
@@ -49,6 +50,11 @@ options:
       - Read each job's output path and exit code with C(scontrol show job) (one more controller call per job).
     type: bool
     default: true
+  live:
+    description:
+      - V(true), only the jobs that are live (in the queue and not ending, see RV(jobs[].live)); V(false), only the others.
+      - Unset, every job found.
+    type: bool
 seealso:
   - module: glm.serve.slurm_job
 '''
@@ -62,6 +68,16 @@ EXAMPLES = r'''
 - name: Where is it?
   ansible.builtin.debug:
     msg: "{{ serve_jobs.jobs | selectattr('state', 'eq', 'RUNNING') | map(attribute='nodes') | list }}"
+
+- name: The live server job, and whether it answers with the key
+  glm.serve.slurm_job_info:
+    name: glm-serve
+    live: true
+    probe:
+      port: 30000
+      key_file: /home/u/glm/api-key
+      model: glm-5.3-flash
+  register: serve_live
 
 - name: Two jobs by id, whoever owns them
   glm.serve.slurm_job_info:
@@ -131,6 +147,42 @@ jobs:
       description: Exit code C(code:signal) (with O(details)).
       type: str
       sample: "0:0"
+    live:
+      description:
+        - True when the job is in the queue and not ending (PENDING, CONFIGURING, RUNNING, SUSPENDED, a requeued state),
+          the kind of job that a deploy adopts and that a teardown cancels.
+      type: bool
+      sample: true
+    ending:
+      description: The job is COMPLETING or in STAGE_OUT, still on its node but ending; neither live nor gone.
+      type: bool
+      sample: false
+    probe:
+      description: With O(probe), what the server of a RUNNING job answered; V(null) for a job that does not run.
+      type: dict
+      contains:
+        status:
+          description: V(ready) (HTTP 200 listing O(probe.model)), V(starting) (no answer yet), V(unauthorized) (HTTP 401), V(wrong_model).
+          type: str
+          sample: ready
+        detail:
+          description: The answer in words.
+          type: str
+          sample: serves glm-5.3-flash
+        answered:
+          description: True when the server sent any HTTP response.
+          type: bool
+        endpoint:
+          description: C(http://NODE:PORT).
+          type: str
+          sample: http://node1:30000
+        models:
+          description: The model ids listed.
+          type: list
+          elements: str
+        max_model_len:
+          description: The context length reported for O(probe.model).
+          type: int
 missing:
   description: Requested job ids Slurm no longer knows (purged after they ended, or never existed).
   returned: always
@@ -162,17 +214,19 @@ def argument_spec():
         user=dict(type='str'),
         all_users=dict(type='bool', default=False),
         details=dict(type='bool', default=True),
+        live=dict(type='bool'),
+        probe=dict(type='dict', options=job_actions.probe_options()),
         retry_timeout=dict(type='int', default=120),
     )
 
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    cli = SlurmCli(module)
+    ctx = job_actions.Context(SlurmCli(module), module.params, check_mode=module.check_mode, warn=module.warn, log=module.log)
     try:
-        result = job_actions.info(cli, module.params)
-    except SlurmError as exc:
-        module.fail_json(**exc.kwargs())
+        result = job_actions.info(ctx)
+    except (SlurmError, job_actions.ActionError) as exc:
+        module.fail_json(**job_actions.fail_kwargs(exc))
     module.exit_json(**result)
 
 

@@ -141,8 +141,10 @@ def make(timeline, success=('RUNNING',), timeout=600, cap=60, files=None, only_s
     clock = FakeClock()
     cli = FakeCli(clock, timeline, only_state=only_state, down=down)
     fs = FakeFiles(clock, files)
-    waiter = jw.JobWaiter(cli, '2', success=success, timeout=timeout, sleep_cap=cap, parents=parents, clock=clock,
-                          files=fs, probe=probe(clock) if probe else None, secrets=secrets, until_gone=until_gone, known=known)
+    target = jw.Target('2', success=success, parents=parents, probe=probe(clock) if probe else None, known=known)
+    waiter = jw.JobWaiter(cli, target, policy=jw.WaitPolicy(timeout=timeout, cap=cap), clock=clock, files=fs,
+                          secrets=secrets, until_gone=until_gone)
+    waiter.probe = target.probe
     return waiter, cli, clock
 
 
@@ -444,7 +446,7 @@ def test_failed_parent_cancels_the_child_that_can_never_start_and_says_so():
         '2': [(0, job('2', 'PENDING', reason='Dependency', name='srv', dependency='afterok:1(unfulfilled)'))],
     }
     cli = CancellingCli(clock, timeline)
-    waiter = jw.JobWaiter(cli, '2', parents=['1'], clock=clock, files=FakeFiles(clock), cancel_dead=True)
+    waiter = jw.JobWaiter(cli, jw.Target('2', parents=['1']), clock=clock, files=FakeFiles(clock), cancel_dead=True)
     with pytest.raises(jw.WaitFailed) as err:
         waiter.wait()
     assert cli.cancelled == ['2'] and err.value.cancelled == ['2']
@@ -459,7 +461,7 @@ def test_without_cancel_dead_the_child_is_left_and_the_message_says_how_to_cance
         '2': [(0, job('2', 'PENDING', reason='DependencyNeverSatisfied', name='srv', dependency='afterok:1(failed)'))],
     }
     cli = CancellingCli(clock, timeline)
-    waiter = jw.JobWaiter(cli, '2', parents=['1'], clock=clock, files=FakeFiles(clock))
+    waiter = jw.JobWaiter(cli, jw.Target('2', parents=['1']), clock=clock, files=FakeFiles(clock))
     with pytest.raises(jw.WaitFailed) as err:
         waiter.wait()
     assert cli.cancelled == [] and 'run scancel 2' in err.value.msg

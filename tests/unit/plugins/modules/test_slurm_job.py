@@ -16,6 +16,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 
 from ansible_collections.glm.serve.plugins.modules import slurm_job, slurm_job_info
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures')
@@ -310,6 +311,44 @@ def test_info_by_name(run):
     assert result['jobs'][1]['partition'] == 'compute-h100' and result['jobs'][1]['exit_code'] == '0:0'
 
 
+def test_info_marks_live_and_ending_jobs_and_filters_on_live(run):
+    argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-n', 'glm-serve', '-u', 'glmuser', '-o', FMT]
+    rows = squeue_row('4124', 'RUNNING', nodes='node1') + squeue_row('4120', 'COMPLETED') + squeue_row('4122', 'COMPLETING')
+    slurm = Slurm().on(argv, out=rows)
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False}, slurm)
+    assert ok
+    assert [(j['job_id'], j['live'], j['ending']) for j in result['jobs']] == [
+        ('4120', False, False), ('4122', False, True), ('4124', True, False)]
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False, 'live': True}, slurm)
+    assert [j['job_id'] for j in result['jobs']] == ['4124']
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False, 'live': False}, slurm)
+    assert [j['job_id'] for j in result['jobs']] == ['4120', '4122']
+
+
+def test_info_probe_asks_the_running_job_with_the_key_from_its_file(run, monkeypatch, tmp_path):
+    key_file = tmp_path / 'api-key'
+    key_file.write_text(u'sekrit-key-0123\n')
+    os.chmod(str(key_file), 0o600)
+    asked = []
+
+    def check(probe, node):
+        asked.append((node, probe._key))
+        return mp.ProbeResult(mp.READY, 'serves glm-5.3-flash', answered=True, models=['glm-5.3-flash'], max_model_len=202752)
+    monkeypatch.setattr(mp.ModelProbe, 'check', check)
+    argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-n', 'glm-serve', '-u', 'glmuser', '-o', FMT]
+    slurm = Slurm().on(argv, out=squeue_row('4124', 'RUNNING', nodes='node1') + squeue_row('4125', 'PENDING'))
+    probe = {'port': 30000, 'key_file': str(key_file), 'model': 'glm-5.3-flash'}
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False, 'probe': probe}, slurm)
+    assert ok and asked == [('node1', 'sekrit-key-0123')]
+    running, pending = result['jobs'][0], result['jobs'][1]
+    assert running['probe'] == {'status': 'ready', 'detail': 'serves glm-5.3-flash', 'answered': True,
+                                'endpoint': 'http://node1:30000', 'models': ['glm-5.3-flash'], 'max_model_len': 202752}
+    assert pending['probe'] is None
+    assert 'sekrit-key-0123' not in repr(result)
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'probe': dict(probe, key_file=str(tmp_path / 'none'))}, slurm)
+    assert not ok and str(tmp_path / 'none') in result['msg']
+
+
 def test_info_by_ids_falls_back_to_scontrol_and_reports_missing(run):
     argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-j', '5,6', '-o', FMT]
     slurm = Slurm().on(argv, rc=1, err=fixture('squeue_invalid.stderr')).on(
@@ -335,13 +374,15 @@ HINTS = [
 
 def test_hints_match_the_failed_job_its_state_and_its_log_tail():
     hints = ja.compile_hints(HINTS)
-    exc = WaitFailed('job 2 (glm-serve) can never start. Last lines of /w/dl.out:\nOSError: [Errno 28] No space left on device',
+    exc = WaitFailed('job 2 (glm-serve) can never start', reason='its dependency afterok:1 failed',
                      job={'job_id': '2', 'name': 'glm-serve'}, failed_job={'job_id': '1', 'name': 'glm-download', 'state': 'FAILED'},
-                     log_tail=['OSError: [Errno 28] No space left on device'])
+                     log_path='/w/dl.out', log_tail=['OSError: [Errno 28] No space left on device'])
     found = ja.matching_hints(hints, exc)
     assert found == ['free or buy storage for glm-download']
-    msg = ja.add_hints(exc.msg, found)
-    assert msg.index('What to do: free or buy storage') < msg.index('. Last lines of')
+    exc.hints = found
+    msg = exc.msg
+    assert msg.index('What to do: free or buy storage for glm-download') < msg.index('. Last lines of /w/dl.out:\nOSError')
+    assert exc.as_dict()['hints'] == found and exc.as_dict()['job_id'] == '1' and exc.as_dict()['kind'] == 'ended'
     oom = WaitFailed('job 2 (glm-serve) ended FAILED', job={'job_id': '2', 'name': 'glm-serve', 'state': 'FAILED'},
                      log_tail=['torch.OutOfMemoryError: CUDA out of memory.'])
     assert ja.matching_hints(hints, oom) == ['set server_mem_fraction_static=0.70']
@@ -370,6 +411,12 @@ def test_wait_failure_carries_the_hints_and_the_cancelled_child(run, monkeypatch
     assert 'can never start' in result['msg'] and 'cancelled (scancel 4125)' in result['msg']
     assert result['hints'] == ['read /home/glmuser/glm/glm-download-4124.out and rerun']
     assert '4125' in result['cancelled'] and ['/usr/bin/scancel', '4125'] in slurm.argvs('scancel')
+    # the same failure as data, for playbooks to branch on
+    failure = result['failure']
+    assert failure['kind'] == 'dependency' and failure['job_id'] == '4124' and failure['state'] == 'FAILED'
+    assert failure['summary'] == 'job 4125 (glm-serve) can never start' and failure['hints'] == result['hints']
+    assert failure['cancelled'] == ['4125'] and failure['slurm_reason'] == 'NonZeroExitCode'
+    assert 'What to do: read /home/glmuser/glm/glm-download-4124.out and rerun.' in result['msg']
 
 
 def test_submit_lock_serialises_two_runs(tmp_path):

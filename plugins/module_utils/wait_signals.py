@@ -1,0 +1,191 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The cheap signals of the waiter: each says "something changed" and costs slurmctld nothing.
+
+* :class:`OutputWatcher`: one job's output file on the shared home. It appears when the job starts, and a
+  failing job usually prints an error-looking line (``Traceback``, ``srun: error``, ``CANCELLED AT`` ...).
+* :class:`OutputSignals`: the watchers of every job of a wait, checked together, as a list of :class:`Signal`.
+* :class:`PortSignal`: the server's HTTP port, asked every ``probe_interval`` while the job runs; it answers
+  when the server is ready, and stops answering when the server died.
+
+The file system is injected (:class:`LocalFiles` on the host, a fake in tests).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+
+
+class LocalFiles:
+    """The host's file system, as the waiter sees it (replaced in tests)."""
+
+    @staticmethod
+    def stat(path):
+        """(inode, size, mtime) or None when the file does not exist or cannot be read."""
+        try:
+            st = os.stat(path)
+        except (IOError, OSError):
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime)
+
+    @staticmethod
+    def read(path, offset, size):
+        try:
+            with open(path, 'rb') as handle:
+                handle.seek(offset)
+                return handle.read(size)
+        except (IOError, OSError):
+            return b''
+
+
+def read_tail(path, files=None, count=20, secrets=()):
+    """The last ``count`` lines of a file on the host, secrets redacted ([] when missing)."""
+    files = files or LocalFiles()
+    if not path:
+        return []
+    st = files.stat(path)
+    if st is None:
+        return []
+    size = st[1]
+    chunk = 64 * 1024
+    data = files.read(path, max(0, size - chunk), chunk)
+    text = data.decode('utf-8', 'replace') if isinstance(data, bytes) else data
+    return sp.tail_lines(sp.redact(text, secrets), count)
+
+
+class OutputWatcher:
+    """Watches one output file: reports when it appears (or is replaced) and new error-looking lines."""
+
+    MAX_READ = 256 * 1024
+
+    def __init__(self, path, files=None):
+        self.path = path
+        self.files = files or LocalFiles()
+        self.state = self.files.stat(path) if path else None
+        self.offset = self.state[1] if self.state else 0
+        self.appeared = False
+        self._partial = ''
+
+    def check(self):
+        """Returns (appeared_now, error_lines) since the last check."""
+        if not self.path:
+            return False, []
+        st = self.files.stat(self.path)
+        if st is None:
+            self.state = None
+            return False, []
+        appeared = False
+        if self.state is None or st[0] != self.state[0] or st[1] < self.offset:
+            appeared = self.state is None or st[0] != self.state[0]
+            self.offset = 0
+            self._partial = ''
+        self.state = st
+        if appeared:
+            self.appeared = True
+        errors = []
+        if st[1] > self.offset:
+            data = self.files.read(self.path, self.offset, min(st[1] - self.offset, self.MAX_READ))
+            self.offset += len(data)
+            text = self._partial + (data.decode('utf-8', 'replace') if isinstance(data, bytes) else data)
+            lines = text.split('\n')
+            self._partial = lines.pop()[-4096:]
+            errors = [line for line in lines if sp.ERROR_LINE_RE.search(line)]
+        return appeared, errors
+
+
+class Signal:
+    """Something a cheap signal saw: ``kind`` is APPEARED, ERROR_LINE or PORT_LOST; ``text`` says what."""
+
+    APPEARED = 'appeared'
+    ERROR_LINE = 'error_line'
+    PORT_LOST = 'port_lost'
+
+    def __init__(self, kind, job_id, text):
+        self.kind = kind
+        self.job_id = job_id
+        self.text = text
+
+    def __repr__(self):
+        return 'Signal(%r, %r, %r)' % (self.kind, self.job_id, self.text)
+
+
+class OutputSignals:
+    """The output files of the jobs of a wait (the jobs waited for and their parents)."""
+
+    def __init__(self, files=None, secrets=()):
+        self.files = files or LocalFiles()
+        self.secrets = tuple(secrets)
+        self.watchers = {}   # job_id -> OutputWatcher
+
+    def watch(self, job_id, path):
+        if job_id not in self.watchers:
+            self.watchers[job_id] = OutputWatcher(path, self.files)
+        return self.watchers[job_id]
+
+    def watching(self, job_id):
+        return job_id in self.watchers
+
+    def check(self, job_ids):
+        """Signals of the watched files among ``job_ids``, in that order (appearance first, then errors)."""
+        found = []
+        for job_id in job_ids:
+            watcher = self.watchers.get(job_id)
+            if watcher is None:
+                continue
+            appeared, errors = watcher.check()
+            if appeared:
+                found.append(Signal(Signal.APPEARED, job_id, 'output file %s appeared' % watcher.path))
+            if errors:
+                found.append(Signal(Signal.ERROR_LINE, job_id, 'output of job %s: %s' % (
+                    job_id, sp.redact(errors[-1], self.secrets)[:200])))
+        return found
+
+
+class PortSignal:
+    """The server's port on the job's node: asked at most every ``interval`` seconds.
+
+    ``check`` returns the :class:`model_probe.ProbeResult` (None when not due or the node is unknown) and keeps
+    the last one; ``lost`` is true when the server answered before and no longer does.
+    """
+
+    def __init__(self, probe, interval, start):
+        self.probe = probe
+        self.interval = interval
+        self.next_check = start
+        self.last = None
+        self.previous = None
+        self.endpoint = None
+
+    def due(self, now):
+        return now >= self.next_check
+
+    def check(self, node, now):
+        if not node:
+            return None
+        self.endpoint = self.probe.endpoint(node)
+        result = self.probe.check(node)
+        self.previous, self.last = self.last, result
+        return result
+
+    def checked(self, now):
+        self.next_check = now + self.interval
+
+    @property
+    def news(self):
+        """True when the last answer differs from the one before (worth an event)."""
+        return self.previous is None or self.previous.detail != self.last.detail
+
+    @property
+    def lost(self):
+        return self.previous is not None and self.previous.answered and not self.last.answered
+
+    @property
+    def ready(self):
+        return self.last is not None and self.last.status == mp.READY
