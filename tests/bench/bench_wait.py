@@ -5,11 +5,17 @@
 ``until:`` loop of ``squeue`` every 2 s. Runs on the local test cluster (tests/cluster/cluster.sh), as root.
 Prints figures; it is not a test. See docs/benchmarks.md.
 
-    .venv/bin/python tests/bench/bench_wait.py [--samples 5] [--wait 120] [--only load|latency]
+    .venv/bin/python tests/bench/bench_wait.py [--samples 5] [--wait 120] [--only load|latency|rerun] [--before REV]
 
 The module and the naive loop each run as their own user (glmbench, glmnaive; created if missing), through
 real ansible-playbook (local connection, become su), so that slurmctld's per-user RPC counts (``sdiag``)
-separate them from each other and from anything else on the cluster.
+separate them from each other and from anything else on the cluster. With ``--before REV`` the module of that
+git revision (a worktree of it) runs too, as user glmbefore, side by side in the same run: its figures are
+the "before" column of a change.
+
+``rerun`` deploys once on the local cluster (playbooks/deploy.yml over SSH to glmuser, a work dir of its own),
+then times re-runs of the deploy that change nothing against a one-task ping playbook over the same SSH, and
+counts the login user's controller RPCs of each re-run (run it while nothing else uses the cluster as glmuser).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -33,6 +39,9 @@ import uuid
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 BIN = os.path.dirname(sys.executable)
 USERS = {'module': 'glmbench', 'naive': 'glmnaive'}
+BEFORE_USER = 'glmbefore'
+LOGIN_USER = 'glmuser'
+RECAP = re.compile(r'^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)', re.M)
 
 
 def sh(argv, **kwargs):
@@ -57,16 +66,35 @@ def rpc_counts():
     return counts
 
 
+def worktree(rev):
+    """A checkout of rev (its module is "before"), with the .collections link its ansible-playbook runs need."""
+    path = os.path.join(tempfile.gettempdir(), 'glm-bench-before-%s' % rev.replace('/', '_'))
+    if not os.path.isdir(path):
+        out = sh(['git', '-C', REPO, 'worktree', 'add', '--detach', '-f', path, rev])
+        if out.returncode:
+            raise SystemExit('git worktree add %s failed: %s' % (rev, out.stderr))
+    link = os.path.join(path, '.collections', 'ansible_collections', 'glm', 'serve')
+    if not os.path.islink(link):
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink('../../..', link)
+    return path
+
+
 class Bench:
-    def __init__(self):
+    def __init__(self, before=None):
         self.id = uuid.uuid4().hex[:8]
+        self.users = dict(USERS)
+        self.trees = {}
+        if before:
+            self.users['before'] = BEFORE_USER
+            self.trees['before'] = worktree(before)
         fd, self.inventory = tempfile.mkstemp(prefix='bench-inv-')
         with os.fdopen(fd, 'w') as handle:
-            for kind, user in USERS.items():
+            for kind, user in self.users.items():
                 handle.write('%s ansible_connection=local ansible_become=true ansible_become_method=su ansible_become_user=%s '
                              'ansible_python_interpreter=/usr/bin/python3\n' % (kind, user))
         self.dirs = {}
-        for kind, user in USERS.items():
+        for kind, user in self.users.items():
             entry = ensure_user(user)
             path = os.path.join(entry.pw_dir, 'bench', self.id)
             os.makedirs(path)
@@ -106,7 +134,8 @@ class Bench:
         fd, path = tempfile.mkstemp(suffix='.yml')
         with os.fdopen(fd, 'w') as handle:
             json.dump([{'hosts': host, 'gather_facts': False, 'tasks': tasks}], handle)
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.collections'), ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'))
+        tree = self.trees.get(host, REPO)
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(tree, '.collections'), ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'))
         proc = sh([os.path.join(BIN, 'ansible-playbook'), '-i', self.inventory, path], env=env, cwd=REPO)
         os.unlink(path)
         try:
@@ -142,7 +171,7 @@ def load(bench, seconds):
     rows = []
     for label, chain in (('running job, %d s' % seconds, False), ('chain of two jobs, 2 x %d s' % (seconds // 2), True)):
         jobs = {}
-        for kind in USERS:
+        for kind in bench.users:
             if chain:
                 half = seconds // 2
                 parent = bench.submit(kind, bench.script(kind, 'p.sbatch', 'echo start; sleep %d; echo done\n' % half))
@@ -156,39 +185,42 @@ def load(bench, seconds):
         started = time.time()
 
         def run(kind):
-            task = module_wait(jobs[kind], seconds * 3) if kind == 'module' else naive_wait(jobs[kind])
+            task = naive_wait(jobs[kind]) if kind == 'naive' else module_wait(jobs[kind], seconds * 3)
             try:
                 results[kind] = bench.play(kind, [task])
             except SystemExit as exc:
                 print(exc)
                 results[kind] = ([{'failed': True}], time.time())
 
-        threads = [threading.Thread(target=run, args=(k,)) for k in USERS]
+        threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         after = rpc_counts()
-        for kind, user in USERS.items():
+        for kind, user in bench.users.items():
             (res,), ended = results[kind]
             minutes = (ended - started) / 60.0
             rpcs = after.get(user, 0) - before.get(user, 0)
-            calls = res.get('polls') if kind == 'module' else res.get('attempts')
-            rows.append((label, kind, round(ended - started, 1), rpcs, round(rpcs / minutes, 1), calls,
+            if rpcs < 0:
+                print('sdiag counters were reset during the run (slurmctld restarted?): RPCs of %s unknown' % user)
+                rpcs = None
+            calls = res.get('attempts') if kind == 'naive' else res.get('polls')
+            rows.append((label, kind, round(ended - started, 1), rpcs, round(rpcs / minutes, 1) if rpcs is not None else None, calls,
                          round(calls / minutes, 1) if calls else None, res.get('failed', False)))
     return rows
 
 
-def latency_state(bench, samples):
+def latency_state(bench, samples, kind='module'):
     """Module return minus the moment a dependent job starts (its first line writes the time)."""
     out = []
     for i in range(samples):
-        path = bench.dirs['module'][0]
+        path = bench.dirs[kind][0]
         stamp = os.path.join(path, 'start-%d' % i)
-        parent = bench.submit('module', bench.script('module', 'lp.sbatch', 'sleep %d\n' % (4 + i % 4)))
-        child = bench.submit('module', bench.script('module', 'lc.sbatch', 'python3 -c "import time; print(time.time())" > %s\nsleep 60\n' % stamp),
+        parent = bench.submit(kind, bench.script(kind, 'lp.sbatch', 'sleep %d\n' % (4 + i % 4)))
+        child = bench.submit(kind, bench.script(kind, 'lc.sbatch', 'python3 -c "import time; print(time.time())" > %s\nsleep 60\n' % stamp),
                              '--dependency=afterok:%s' % parent)
-        (res,), ended = bench.play('module', [module_wait(child, 120, condition='RUNNING')])
+        (res,), ended = bench.play(kind, [module_wait(child, 120, condition='RUNNING')])
         with open(stamp) as handle:
             began = float(handle.read())
         out.append((round(ended - began, 2), res.get('polls'), res.get('failed', False)))
@@ -210,12 +242,12 @@ def first_answer(url, key, deadline, box):
         time.sleep(0.05)
 
 
-def latency_probe(bench, samples):
+def latency_probe(bench, samples, kind='module'):
     """Module return minus the moment the server first answers /v1/models (seen by a 50 ms poller)."""
-    path, entry = bench.dirs['module']
+    path, entry = bench.dirs[kind]
     key = uuid.uuid4().hex
-    bench.file('module', 'api-key', key + '\n', mode=0o600)
-    setup = bench.submit('module', bench.script('module', 'setup.sbatch', (
+    bench.file(kind, 'api-key', key + '\n', mode=0o600)
+    setup = bench.submit(kind, bench.script(kind, 'setup.sbatch', (
         'set -e\nsrun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
         'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': path}))
     for unused_attempt in range(120):
@@ -225,13 +257,13 @@ def latency_probe(bench, samples):
     out = []
     for i in range(samples):
         port = 40000 + i
-        script = bench.script('module', 'serve.sbatch', (
+        script = bench.script(kind, 'serve.sbatch', (
             'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=%(load)d GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
             'export KEY=$(cat %(d)s/api-key)\n'
             'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
             '--served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" --host 0.0.0.0 --port %(p)d\'\n') % {
                 'd': path, 'p': port, 'load': 6 + i % 5}, extra=('--cpus-per-task=2', '--mem=2G'))
-        job = bench.submit('module', script)
+        job = bench.submit(kind, script)
         box = []
         poller = None
         for unused_attempt in range(100):   # find the node without adding load to the measured user
@@ -242,7 +274,7 @@ def latency_probe(bench, samples):
                 break
             time.sleep(0.2)
         probe = {'port': port, 'key_file': os.path.join(path, 'api-key'), 'model': 'glm-5.3-flash'}
-        (res,), ended = bench.play('module', [module_wait(job, 120, condition='RUNNING', probe=probe)])
+        (res,), ended = bench.play(kind, [module_wait(job, 120, condition='RUNNING', probe=probe)])
         if poller:
             poller.join()
         out.append((round(ended - box[0], 2) if box else None, res.get('polls'), res.get('failed', False)))
@@ -258,15 +290,79 @@ def overhead(bench):
     return round(time.time() - started, 2)
 
 
+def login_playbook(playbook, extra, tree=REPO):
+    """ansible-playbook over SSH to the login user (inventory/local), from tree; returns (seconds, stdout, rc)."""
+    fd, path = tempfile.mkstemp(suffix='.json')
+    with os.fdopen(fd, 'w') as handle:
+        json.dump(extra, handle)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(tree, '.collections'), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_CONFIG=os.path.join(tree, 'ansible.cfg'))
+    started = time.time()
+    proc = sh([os.path.join(BIN, 'ansible-playbook'), '-i', os.path.join(tree, 'inventory', 'local'), playbook,
+               '-e', '@' + path], env=env, cwd=tree)
+    seconds = time.time() - started
+    os.unlink(path)
+    return seconds, proc.stdout, proc.returncode
+
+
+def rerun(bench, count=3):
+    """A deploy that changes nothing (everything is up), against a one-task ping playbook over the same SSH;
+    RPCs of the login user per run. Rows for this tree, and for the --before tree if given."""
+    fd, ping = tempfile.mkstemp(suffix='.yml')
+    with os.fdopen(fd, 'w') as handle:
+        json.dump([{'hosts': 'training', 'gather_facts': False, 'tasks': [{'ansible.builtin.ping': {}}]}], handle)
+    rows = []
+    trees = [('after', REPO)] + [('before', t) for k, t in bench.trees.items() if k == 'before']
+    for label, tree in trees:
+        work = 'bench-rerun-%s-%s' % (bench.id, label)
+        extra = {'glm_work_dir': '~/' + work, 'glm_download_job_name': 'bench-dl-%s-%s' % (bench.id, label),
+                 'glm_serve_job_name': 'bench-srv-%s-%s' % (bench.id, label), 'download_min_free_gb': 1,
+                 'server_wait_timeout': 300, 'server_wait_sleep': 5, 'server_time': '00:30:00'}
+        playbook = os.path.join(tree, 'playbooks', 'deploy.yml')
+        seconds, out, rc = login_playbook(playbook, extra, tree)
+        if rc:
+            raise SystemExit('the first deploy failed (%s):\n%s' % (label, out[-3000:]))
+        lines = len(out.splitlines())
+        rows.append((label, 'deploy from nothing', round(seconds, 1), None, lines, _tasks(out)))
+        for i in range(count):
+            before = rpc_counts().get(LOGIN_USER, 0)
+            seconds, out, rc = login_playbook(playbook, extra, tree)
+            rpcs = rpc_counts().get(LOGIN_USER, 0) - before
+            changed = [m.group(3) for m in RECAP.finditer(out)]
+            rows.append((label, 'deploy again #%d (changed=%s, rc %d)' % (i + 1, ','.join(changed), rc), round(seconds, 1),
+                         rpcs, len(out.splitlines()), _tasks(out)))
+        for i in range(count):
+            before = rpc_counts().get(LOGIN_USER, 0)
+            seconds, out, rc = login_playbook(ping, {}, tree)
+            rows.append((label, 'ping playbook #%d' % (i + 1), round(seconds, 1), rpc_counts().get(LOGIN_USER, 0) - before,
+                         len(out.splitlines()), _tasks(out)))
+        teardown = os.path.join(tree, 'playbooks', 'teardown.yml')
+        seconds, out, rc = login_playbook(teardown, dict(extra, glm_teardown_download=True), tree)
+        rows.append((label, 'teardown', round(seconds, 1), None, len(out.splitlines()), _tasks(out)))
+        sh(['runuser', '-u', LOGIN_USER, '--', 'rm', '-rf', os.path.join(pwd.getpwnam(LOGIN_USER).pw_dir, work)])
+    os.unlink(ping)
+    return rows
+
+
+def _tasks(out):
+    """Tasks run on the login host: ok + changed + failed + skipped of its recap (None without one)."""
+    found = [m for m in RECAP.finditer(out) if m.group(1) != 'localhost']
+    if not found:
+        return None
+    m = found[-1]
+    return int(m.group(2)) + int(m.group(5)) + int(m.group(6))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--samples', type=int, default=5)
     parser.add_argument('--wait', type=int, default=120)
-    parser.add_argument('--only', choices=['load', 'latency'])
+    parser.add_argument('--only', choices=['load', 'latency', 'rerun'])
+    parser.add_argument('--before', metavar='REV', help='also run the module of this git revision, side by side')
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('run as root (sdiag, users, runuser)')
-    bench = Bench()
+    bench = Bench(opts.before)
     try:
         print('slurm: %s; a whole ansible-playbook run of ping: %.2f s' % (sh(['squeue', '--version']).stdout.strip(), overhead(bench)))
         if opts.only in (None, 'load'):
@@ -278,13 +374,20 @@ def main():
         if opts.only in (None, 'latency'):
             for label, func in (('a dependent job starts (wait for RUNNING)', latency_state),
                                 ('the server first answers /v1/models (probe)', latency_probe)):
-                samples = func(bench, opts.samples)
-                values = [s[0] for s in samples if s[0] is not None and not s[2]]
-                print('\n## Detection latency: %s' % label)
-                print('samples (latency s, controller calls, failed): %s' % samples)
-                if values:
-                    print('median %.2f s, min %.2f s, max %.2f s (to the controller-side task right after the module returned)' % (
-                        statistics.median(values), min(values), max(values)))
+                for kind in [k for k in bench.users if k != 'naive']:
+                    samples = func(bench, opts.samples, kind)
+                    values = [s[0] for s in samples if s[0] is not None and not s[2]]
+                    print('\n## Detection latency (%s): %s' % ('this tree' if kind == 'module' else opts.before, label))
+                    print('samples (latency s, controller calls, failed): %s' % samples)
+                    if values:
+                        print('median %.2f s, min %.2f s, max %.2f s (to the controller-side task right after the module returned)' % (
+                            statistics.median(values), min(values), max(values)))
+        if opts.only == 'rerun' or (opts.only is None and opts.before):
+            print('\n## Deploy again with everything up, against a ping playbook (login user %s over SSH)' % LOGIN_USER)
+            print('| tree | run | seconds | RPCs of %s | output lines | tasks |' % LOGIN_USER)
+            print('|---|---|---|---|---|---|')
+            for row in rerun(bench):
+                print('| %s | %s | %s | %s | %s | %s |' % row)
     finally:
         bench.cleanup()
 
