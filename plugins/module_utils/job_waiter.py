@@ -85,10 +85,11 @@ class JobWaiter:
         self.cancel_dead = cancel_dead
         self.jobs = {}             # job_id -> the last row seen
         self.output_paths = {}     # job_id -> output file path (None: unknown)
-        self.outputs = OutputSignals(self.files, self.secrets)
+        self.outputs = OutputSignals(self.files, self.secrets, stall_after=self.policy.cap)
         self.events = []
         self.last_error = None
         self.start = None
+        self.covered = False       # the last round found every event covered (rounds a backstop apart)
         for target in self.targets:
             if target.known:
                 self.jobs[target.job_id] = dict(target.known)
@@ -110,6 +111,7 @@ class JobWaiter:
                 self._decide_all()
                 if self._all_succeeded():
                     break
+                outcome.covered = self.covered = self._covered(now)
                 schedule.done(now, outcome)
             if self._look_at_signals():
                 schedule.signal(self.clock.now())
@@ -263,13 +265,18 @@ class JobWaiter:
 
     def _ids_to_ask(self, target):
         """A job PENDING on a running parent changes only after that parent ends: ask for the parents alone, and
-        for the job every third round (someone may cancel or hold it), once a parent changed or its file spoke."""
+        for the job every third round (someone may cancel or hold it), once a parent changed or its file spoke.
+        While the signals cover the wait (the parents' outputs grow), ask for the job alone."""
         parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
         job = self.jobs.get(target.job_id) or {}
         alone = parents and job.get('state') == 'PENDING' and job.get('reason') == 'Dependency' \
             and target.skipped < 2 and not target.parent_changed and not target.own_signal
         target.skipped = target.skipped + 1 if alone else 0
         target.parent_changed = target.own_signal = False
+        if self.covered and job.get('state') == 'PENDING':
+            # the parents' outputs show them alive and their ends show in the job's own file: the job alone tells
+            # whether it was cancelled or can no longer run (DependencyNeverSatisfied)
+            return [target.job_id]
         return parents if alone else [target.job_id] + parents
 
     def _observe(self):
@@ -350,6 +357,30 @@ class JobWaiter:
                 if shown:
                     self._merge(shown)
 
+    def _covered(self, now):
+        """True when the cheap signals cover every event of each open target but a silent death, and the output
+        files show the jobs alive (a silent death stops the output: a STALLED signal within ``cap``):
+
+        * a server starting (probe verdict) whose output grows: its answer, its errors and its end all show;
+        * a job PENDING on running parents whose outputs grow: a parent's end shows as the job's output file
+          appearing (or as an error line). The job's own cancellation while it waits has no signal: it is seen
+          at the backstop round.
+        """
+        targets = self._open()
+        if self.until_gone or not targets:
+            return False
+        for target in targets:
+            job = self.jobs.get(target.job_id) or {}
+            if target.verdict == wr.PROBE:
+                if not self.outputs.alive(target.job_id, now):
+                    return False
+                continue
+            parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
+            if not (job.get('state') == 'PENDING' and job.get('reason') == 'Dependency' and parents and
+                    all(self._state(p) == 'RUNNING' and self.outputs.alive(p, now) for p in parents)):
+                return False
+        return True
+
     # -- cheap signals ---------------------------------------------------------------------------
 
     def _look_at_signals(self):
@@ -361,9 +392,12 @@ class JobWaiter:
             if target.job_id not in self.jobs:
                 continue
             ids = [i for i in [target.job_id] + target.parent_ids if self._state(i) not in sp.TERMINAL_STATES]
-            for signal in self.outputs.check(ids):
+            for signal in self.outputs.check(ids, self.clock.now()):
                 if signal.job_id != target.job_id and signal.kind == Signal.APPEARED:
                     continue  # a parent's start says nothing new about the job (its end does, in its own file)
+                if signal.kind == Signal.STALLED and (not self.covered or (
+                        signal.job_id != target.job_id and self._state(target.job_id) != 'PENDING')):
+                    continue  # without the backstop the ramp asks soon enough; a parent of a started job is done
                 self._event(signal.text)
                 wanted = True
                 if signal.job_id == target.job_id:

@@ -23,19 +23,23 @@ class WaitPolicy:
     :param tick: how often the cheap signals (output files) are looked at
     :param probe_interval: how often the server's port is asked, while the job runs
     :param min_gap: the shortest pause between two rounds (a signal never brings calls closer than this)
+    :param backstop: the pause between rounds while the cheap signals cover every event but a silent one and the
+        output files show the jobs alive (default ``5 * cap``); a silent death still stops the output, which is
+        noticed within ``cap``
     """
 
-    def __init__(self, timeout=600, cap=60, base=1.0, tick=0.5, probe_interval=1.0, min_gap=1.0):
+    def __init__(self, timeout=600, cap=60, base=1.0, tick=0.5, probe_interval=1.0, min_gap=1.0, backstop=None):
         self.timeout = timeout
         self.base = float(base)
         self.cap = max(float(cap), self.base)
         self.tick = tick
         self.probe_interval = probe_interval
         self.min_gap = min_gap
+        self.backstop = max(float(backstop), self.cap) if backstop is not None else 5 * self.cap
 
     def __repr__(self):
-        return 'WaitPolicy(timeout=%r, cap=%r, base=%r, tick=%r, probe_interval=%r, min_gap=%r)' % (
-            self.timeout, self.cap, self.base, self.tick, self.probe_interval, self.min_gap)
+        return 'WaitPolicy(timeout=%r, cap=%r, base=%r, tick=%r, probe_interval=%r, min_gap=%r, backstop=%r)' % (
+            self.timeout, self.cap, self.base, self.tick, self.probe_interval, self.min_gap, self.backstop)
 
 
 class RoundOutcome:
@@ -45,13 +49,16 @@ class RoundOutcome:
     :param target_running: that job now RUNS (its failures print error lines; its start was usually seen already)
     :param changed: anything changed (a parent too)
     :param parent_ended: a parent just reached a terminal state (the job starts or is cancelled within seconds)
+    :param covered: every job waited for is in a phase whose events the cheap signals cover, and their output
+        files show them alive (the next round can wait for the backstop)
     """
 
-    def __init__(self, target_changed=False, target_running=False, changed=False, parent_ended=False):
+    def __init__(self, target_changed=False, target_running=False, changed=False, parent_ended=False, covered=False):
         self.target_changed = target_changed
         self.target_running = target_running
         self.changed = changed or target_changed
         self.parent_ended = parent_ended
+        self.covered = covered
 
 
 class PollSchedule:
@@ -63,6 +70,8 @@ class PollSchedule:
     * A change of a parent does not touch the ramp, but a parent that ended brings a round ``min_gap`` later.
     * A cheap signal brings a round at once, at most one per ``gap`` after the last round; that gap doubles
       (up to ``cap``) while signals keep coming without any change, so a chatty log cannot flood the controller.
+    * While the signals cover every event (``covered``), the next round is a ``backstop`` away; the ramp is kept
+      for when they no longer do.
     """
 
     def __init__(self, policy, first_round):
@@ -97,7 +106,12 @@ class PollSchedule:
             self.gap = min(self.gap * 2, policy.cap)
         else:
             self.interval = min(self.interval * 2, policy.cap)
-        self.next_round = now + (policy.min_gap if outcome.parent_ended else self.interval)
+        if outcome.parent_ended:
+            self.next_round = now + policy.min_gap
+        elif outcome.covered:
+            self.next_round = now + max(self.interval, policy.backstop)
+        else:
+            self.next_round = now + self.interval
         self.trigger_at = None
         self.last_round = now
 

@@ -72,9 +72,13 @@ class OutputWatcher:
         self.offset = self.state[1] if self.state else 0
         self.appeared = False
         self._partial = ''
+        #: when the file was last seen to appear or grow during the wait (None: never; a file that never
+        #: grows tells nothing about the job's life)
+        self.grew_at = None
+        self.stall_reported = False
 
-    def check(self):
-        """Returns (appeared_now, error_lines) since the last check."""
+    def check(self, now=None):
+        """Returns (appeared_now, error_lines) since the last check; ``now`` stamps a growth in ``grew_at``."""
         if not self.path:
             return False, []
         st = self.files.stat(self.path)
@@ -90,6 +94,9 @@ class OutputWatcher:
         if appeared:
             self.appeared = True
         errors = []
+        if (appeared or st[1] > self.offset) and now is not None:
+            self.grew_at = now
+            self.stall_reported = False
         if st[1] > self.offset:
             data = self.files.read(self.path, self.offset, min(st[1] - self.offset, self.MAX_READ))
             self.offset += len(data)
@@ -105,6 +112,7 @@ class Signal:
 
     APPEARED = 'appeared'
     ERROR_LINE = 'error_line'
+    STALLED = 'stalled'
     PORT_LOST = 'port_lost'
 
     def __init__(self, kind, job_id, text):
@@ -117,11 +125,16 @@ class Signal:
 
 
 class OutputSignals:
-    """The output files of the jobs of a wait (the jobs waited for and their parents)."""
+    """The output files of the jobs of a wait (the jobs waited for and their parents).
 
-    def __init__(self, files=None, secrets=()):
+    A file that grows shows its job alive: ``alive`` is true while it grew within ``stall_after`` seconds, and a
+    STALLED signal fires once when a file that grew stays still that long (the job may have died silently).
+    """
+
+    def __init__(self, files=None, secrets=(), stall_after=60.0):
         self.files = files or LocalFiles()
         self.secrets = tuple(secrets)
+        self.stall_after = stall_after
         self.watchers = {}   # job_id -> OutputWatcher
 
     def watch(self, job_id, path):
@@ -132,19 +145,27 @@ class OutputSignals:
     def watching(self, job_id):
         return job_id in self.watchers
 
-    def check(self, job_ids):
-        """Signals of the watched files among ``job_ids``, in that order (appearance first, then errors)."""
+    def alive(self, job_id, now):
+        watcher = self.watchers.get(job_id)
+        return watcher is not None and watcher.grew_at is not None and now - watcher.grew_at < self.stall_after
+
+    def check(self, job_ids, now=None):
+        """Signals of the watched files among ``job_ids``, in that order (appearance, errors, a stall)."""
         found = []
         for job_id in job_ids:
             watcher = self.watchers.get(job_id)
             if watcher is None:
                 continue
-            appeared, errors = watcher.check()
+            appeared, errors = watcher.check(now)
             if appeared:
                 found.append(Signal(Signal.APPEARED, job_id, 'output file %s appeared' % watcher.path))
             if errors:
                 found.append(Signal(Signal.ERROR_LINE, job_id, 'output of job %s: %s' % (
                     job_id, sp.redact(errors[-1], self.secrets)[:200])))
+            if now is not None and watcher.grew_at is not None and not watcher.stall_reported \
+                    and now - watcher.grew_at >= self.stall_after:
+                watcher.stall_reported = True
+                found.append(Signal(Signal.STALLED, job_id, 'output of job %s still for %ds' % (job_id, self.stall_after)))
         return found
 
 

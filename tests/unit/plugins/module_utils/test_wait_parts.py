@@ -269,3 +269,95 @@ def test_progress_events_reach_the_callback_with_elapsed_time():
     assert [e['text'] for e in events] == ['job2 2 PENDING (Priority): waiting for a free node', 'job2 2 RUNNING on node1']
     assert events[0]['elapsed'] == 0 and events[1]['elapsed'] == pytest.approx(7)
     assert events[1]['line'] == '+7.0s job2 2 RUNNING on node1'
+
+
+# -- the backstop: while growing output files show the jobs alive, rounds are a backstop apart --------------
+
+
+def growing(start, end, every, word='progress'):
+    """A file that gets a line every ``every`` seconds from start to end: [(t, text so far)]."""
+    entries, text, t = [], '', float(start)
+    while t < end:
+        text += '%s %d\n' % (word, t)
+        entries.append((t, text))
+        t += every
+    return entries
+
+
+def deploy_chain(download_end=480.0, server_dies=None, ready_at=720.0, child_cancelled=None, parent_fails=None):
+    """The deploy's long wait: a download that prints progress, then a server that prints while it loads."""
+    clock = FakeClock()
+    parent_end = parent_fails if parent_fails is not None else download_end
+    parent_state = 'FAILED' if parent_fails is not None else 'COMPLETED'
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')),
+              (parent_end, job('1', parent_state, name='dl', nodes='node2', exit_code='1:0' if parent_fails else '0:0'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)'))],
+    }
+    if parent_fails is not None:
+        timeline['2'].append((parent_fails + 2, job('2', 'CANCELLED', reason='DependencyNeverSatisfied',
+                                                     dependency='afterok:1(failed)')))
+    elif child_cancelled is not None:
+        timeline['2'].append((child_cancelled, job('2', 'CANCELLED', reason='None', dependency='afterok:1(unfulfilled)')))
+    else:
+        timeline['2'].append((download_end + 0.5, job('2', 'RUNNING', nodes='node1')))
+        if server_dies is not None:
+            timeline['2'].append((server_dies, job('2', 'FAILED', reason='NonZeroExitCode', nodes='node1', exit_code='1:0')))
+    server_end = server_dies if server_dies is not None else ready_at
+    files = FakeFiles(clock, {'/w/job1.out': growing(0, parent_end, 2),
+                              '/w/job2.out': growing(download_end + 0.5, server_end, 10, 'loading')})
+    cli = FakeCli(clock, timeline)
+    known = job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')
+    target = jw.Target('2', parents=['1'], probe=FakeProbe(clock, ready_at=ready_at), known=known)
+    waiter = jw.JobWaiter(cli, target, policy=WaitPolicy(timeout=1800, cap=60), clock=clock, files=files)
+    return waiter, cli, clock
+
+
+def test_a_long_chain_with_live_outputs_costs_a_few_rounds_and_sees_each_step_at_once():
+    waiter, cli, clock = deploy_chain()
+    result = waiter.wait()
+    assert result['models'] == ['glm-5.3-flash']
+    assert 720 <= clock.t <= 721.5                      # the first answer, within a second or so
+    assert len(cli.calls) <= 8, cli.calls               # 23 calls with the ramp alone (cap 60)
+    assert any(t >= 480.5 and t <= 482 and '2' in ids for t, _k, ids in cli.calls)   # the start, from its file
+
+
+def test_a_silent_death_while_loading_is_seen_within_the_cap():
+    waiter, cli, clock = deploy_chain(server_dies=600)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert err.value.kind == wr.ENDED and err.value.job['state'] == 'FAILED'
+    assert clock.t <= 600 + 60 + 2, cli.calls           # the output stopped: a round within the cap
+    assert any('still for 60s' in e for e in waiter.events)
+
+
+def test_a_download_that_fails_silently_is_seen_within_the_cap():
+    waiter, cli, clock = deploy_chain(parent_fails=200)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert err.value.kind == wr.DEPENDENCY and err.value.failed_job['job_id'] == '1'
+    assert clock.t <= 200 + 60 + 2, cli.calls
+
+
+def test_the_job_cancelled_while_it_waits_has_no_signal_and_is_seen_at_the_backstop():
+    waiter, cli, clock = deploy_chain(child_cancelled=100)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert err.value.job['state'] == 'CANCELLED'
+    assert clock.t <= 100 + waiter.policy.backstop + 2, cli.calls
+
+
+def test_output_signals_a_file_that_grew_and_stays_still_stalls_once():
+    clock = FakeClock()
+    files = FakeFiles(clock, {'/w/a.out': [(0, 'a\n'), (5, 'a\nb\n')], '/w/b.out': [(0, 'x\n')]})
+    outputs = OutputSignals(files, stall_after=10)
+    outputs.watch('1', '/w/a.out')
+    outputs.watch('2', '/w/b.out')                       # there before the wait and never grows: tells nothing
+    kinds = []
+    for t in range(0, 40):
+        clock.t = t
+        kinds += [(t, s.job_id, s.kind) for s in outputs.check(['1', '2'], now=t) if s.kind == Signal.STALLED]
+        if t == 5:
+            assert outputs.alive('1', t) and not outputs.alive('2', t)
+    assert kinds == [(15, '1', Signal.STALLED)]
+    assert not outputs.alive('1', 15)
