@@ -295,8 +295,8 @@ def deploy_chain(download_end=480.0, server_dies=None, ready_at=720.0, child_can
         '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)'))],
     }
     if parent_fails is not None:
-        timeline['2'].append((parent_fails + 2, job('2', 'CANCELLED', reason='DependencyNeverSatisfied',
-                                                     dependency='afterok:1(failed)')))
+        never = job('2', 'CANCELLED', reason='DependencyNeverSatisfied', dependency='afterok:1(failed)')
+        timeline['2'].append((parent_fails + 2, never))
     elif child_cancelled is not None:
         timeline['2'].append((child_cancelled, job('2', 'CANCELLED', reason='None', dependency='afterok:1(unfulfilled)')))
     else:
