@@ -98,7 +98,8 @@ def test_defaults_carry_the_guide(rendered):
     for flag in EAGLE_FLAGS:
         assert flag not in text
     assert "unset NCCL_NET" in text
-    assert '--cpus-per-task="$SLURM_CPUS_ON_NODE"' in text
+    # srun's -c implies --exact and is redundant: a step without it gets every CPU the job has on its node
+    assert "--cpus-per-task" not in text
     assert "export PYTHONUNBUFFERED=1" in text
     assert "SGLANG_CACHE_DIR=" in text and "SGLANG_DG_CACHE_DIR=" in text
     # the key goes through the config file, never argv

@@ -13,7 +13,6 @@ SEED_SERVE = [
     "#SBATCH --mem=0",
     "#SBATCH --output=%x-%j.out",
     "unset NCCL_NET",
-    '--cpus-per-task="$SLURM_CPUS_ON_NODE"',
     "--served-model-name glm-5.3-flash",
     "--tp-size 8",
     "--ep-size 8",
@@ -87,6 +86,8 @@ def test_scripts_carry_the_seed(host, cfg):
         assert flag in text, flag
     assert "#SBATCH --job-name=%s" % cfg["serve"] in text
     assert "--api-key" not in text
+    # srun -c implies --exact; the step already has every CPU of the job on its node
+    assert "--cpus-per-task" not in text
     download = host.file(cfg["work"] + "/download.sbatch").content_string
     for flag in SEED_DOWNLOAD:
         assert flag in download, flag
