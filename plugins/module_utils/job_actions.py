@@ -14,9 +14,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
+import hashlib
+import json
 import os
 import pwd
 import re
+import tempfile
 
 try:
     import fcntl
@@ -130,9 +133,16 @@ def lookup(ctx, job_id):
 
 
 def details(ctx, job):
-    """Add output_path and exit_code (scontrol show job) to a squeue row."""
+    """Add output_path and exit_code (scontrol show job) to a squeue row.
+
+    A live job this module submitted from the script as it is now (its submit record says so) needs no call: its
+    output path is the script's ``#SBATCH --output`` pattern, expanded as Slurm does, in its working directory.
+    """
     if job is None or job.get('output_path'):
         return job
+    local = local_output_path(ctx, job)
+    if local:
+        return dict(job, output_path=local)
     shown = ctx.retry(ctx.cli.show_job, job['job_id'])
     if shown:
         merged = dict(job)
@@ -204,13 +214,93 @@ class SubmitLock:
         return False
 
 
-def lock_path(params, name, user):
+def lock_path(params, name, user, suffix='.lock'):
     """The lock file of name+user: next to where sbatch runs (chdir, else the script's folder)."""
     folder = params.get('chdir') or (os.path.dirname(os.path.abspath(params['script'])) if params.get('script') else None)
     if not folder or not os.path.isdir(folder):
         return None
     safe = re.sub(r'[^A-Za-z0-9._-]', '_', '%s-%s' % (user, name))
-    return os.path.join(folder, '.slurm_job-%s.lock' % safe)
+    return os.path.join(folder, '.slurm_job-%s%s' % (safe, suffix))
+
+
+# -- the submit record: which script content the module submitted as which job -------------------------------
+#
+# After sbatch, the module writes {"job_id", "sha256"} of the script next to the lock file (0600). A later run that
+# finds that job live and the script unchanged knows what Slurm stored without asking it (``scontrol write
+# batch_script``, ``scontrol show job``): a re-run that changes nothing costs one lookup. Without a record (a job
+# submitted by hand, another login node's run, an older version of the module) the module asks Slurm as before.
+
+
+def script_digest(path):
+    try:
+        with open(path, 'rb') as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (IOError, OSError, TypeError):
+        return None
+
+
+def read_record(ctx):
+    path = lock_path(ctx.params, ctx.name, ctx.user, '.json') if ctx.name else None
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+        return record if isinstance(record, dict) else None
+    except (IOError, OSError, TypeError, ValueError):
+        return None
+
+
+def write_record(ctx, job_id, digest):
+    path = lock_path(ctx.params, ctx.name, ctx.user, '.json')
+    if not path or not digest:
+        return
+    try:
+        fd, temp = tempfile.mkstemp(prefix='.slurm_job-', dir=os.path.dirname(path))
+        with os.fdopen(fd, 'w') as handle:
+            json.dump({'job_id': str(job_id), 'sha256': digest}, handle)
+        os.rename(temp, path)
+    except (IOError, OSError) as exc:
+        ctx.warn('cannot write the submit record %s (%s): the next run asks Slurm for the stored script' % (path, exc))
+
+
+def recorded(ctx, job):
+    """True/False: the record of ``job`` says whether it runs the script as it is now; None: no record of it."""
+    record = read_record(ctx)
+    if not record or record.get('job_id') != str(job.get('job_id')) or not ctx.params.get('script'):
+        return None
+    return record.get('sha256') == script_digest(ctx.params['script'])
+
+
+_OUTPUT_RE = re.compile(r'^#SBATCH\s+(?:--output(?:=|\s+)|-o\s*)(\S+)\s*$')
+
+
+def script_output_pattern(script, sbatch_args=()):
+    """The ``--output`` of a batch script's ``#SBATCH`` header (None if unset, or if sbatch_args set it)."""
+    if any(a.startswith(('--output', '-o')) for a in sbatch_args or ()):
+        return None
+    found = None
+    try:
+        with open(script) as handle:
+            for line in handle:
+                line = line.strip()
+                if line and not line.startswith('#'):
+                    break   # sbatch reads #SBATCH lines up to the first command
+                match = _OUTPUT_RE.match(line)
+                if match:
+                    found = match.group(1).strip('"\'')
+    except (IOError, OSError, TypeError):
+        return None
+    return found
+
+
+def local_output_path(ctx, job):
+    """The output path of a live job submitted by this module from the script as it is now, without Slurm."""
+    if not is_live(job) or not job.get('work_dir') or recorded(ctx, job) is not True:
+        return None
+    pattern = script_output_pattern(ctx.params['script'], ctx.params.get('sbatch_args'))
+    path = sp.expand_output_pattern(pattern, job['job_id'], job.get('name'), job.get('user'), job.get('work_dir')) if pattern else None
+    if not path:
+        return None
+    return path if os.path.isabs(path) else os.path.join(job['work_dir'], path)
 
 
 def compile_hints(hints):
@@ -258,7 +348,11 @@ def submitted_before(ctx, job, path):
 
 
 def script_changed(ctx, job, script):
-    """True when the script Slurm stored for the live job differs from the script file now."""
+    """True when the script Slurm stored for the live job differs from the script file now (the submit record
+    answers for a job this module submitted; otherwise Slurm is asked)."""
+    same = recorded(ctx, job)
+    if same is not None:
+        return not same
     try:
         with open(script, 'rb') as handle:
             current = handle.read().decode('utf-8', 'replace')
@@ -488,6 +582,7 @@ def submit(ctx, to_cancel, result):
     result['sbatch_cmd'] = argv
     if ctx.check_mode:
         return {'job_id': None, 'name': ctx.name, 'user': ctx.user}
+    digest = script_digest(script)
     if to_cancel:
         ctx.retry(cli.cancel, to_cancel)
     deadline = ctx.clock.now() + ctx.retry_timeout
@@ -511,6 +606,7 @@ def submit(ctx, to_cancel, result):
                 result['cluster'] = None
                 return live[0]
     result['cluster'] = cluster
+    write_record(ctx, job_id, digest)
     return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING'}
 
 

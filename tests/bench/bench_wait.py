@@ -283,6 +283,92 @@ def latency_probe(bench, samples, kind='module'):
     return out
 
 
+def setup_image(bench, kind):
+    """The SGLang stand-in image and model in the kind's bench folder (the download job of a deploy, once)."""
+    path = bench.dirs[kind][0]
+    if os.path.isdir(os.path.join(path, 'model')):
+        return path
+    setup = bench.submit(kind, bench.script(kind, 'setup.sbatch', (
+        'set -e\nsrun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
+        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': path}))
+    for unused_attempt in range(120):
+        if os.path.isdir(os.path.join(path, 'model')) and not sh(['squeue', '-h', '-j', setup]).stdout.strip():
+            break
+        time.sleep(1)
+    return path
+
+
+def long_chain(bench, download, loading, port=41000):
+    """A deploy's long wait, all in for the waiter: submit a download that prints progress for ``download`` s,
+    submit the server after it (afterok) that logs while it loads for ``loading`` s, wait until /v1/models answers.
+    The module does it with two slurm_job tasks (lookup, sbatch, duplicate check, wait with probe), the naive way
+    with sbatch, an ``until:`` squeue every 2 s and an ``until:`` curl every 2 s. Every waiter runs at once."""
+    key = uuid.uuid4().hex
+    plays = {}
+    for number, kind in enumerate(bench.users):
+        path = setup_image(bench, kind)
+        bench.file(kind, 'api-key', key + '\n', mode=0o600)
+        dl = bench.script(kind, 'dl.sbatch', 'for i in $(seq 1 %d); do echo "Fetching 41 files: $((i * 200 / %d))%%|"; sleep 2; done\n' % (
+            download // 2, download // 2 + 1))
+        serve = bench.script(kind, 'srv.sbatch', (
+            'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=1 GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
+            'for i in $(seq 1 %(n)d); do echo "Loading safetensors checkpoint shards: $((i * 100 / %(n)d))%% Completed"; sleep 10; done\n'
+            'export KEY=$(cat %(d)s/api-key)\n'
+            'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
+            '--served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" --host 0.0.0.0 --port %(p)d\'\n') % {
+                'd': path, 'p': port + number, 'n': loading // 10}, extra=('--cpus-per-task=2', '--mem=2G'))
+        names = ('chain-dl-%s-%s' % (bench.id, kind), 'chain-srv-%s-%s' % (bench.id, kind))
+        if kind == 'naive':
+            url = 'http://{{ node.stdout }}:%d/v1/models' % (port + number)
+            plays[kind] = [
+                {'ansible.builtin.command': 'sbatch --parsable -J %s %s' % (names[0], dl), 'args': {'chdir': path}, 'register': 'dl'},
+                {'ansible.builtin.command': 'sbatch --parsable -J %s --dependency=afterok:{{ dl.stdout }} %s' % (names[1], serve),
+                 'args': {'chdir': path}, 'register': 'srv'},
+                dict(naive_wait('{{ srv.stdout }}', 'RUNNING'), register='q'),
+                {'ansible.builtin.command': 'squeue -h -j {{ srv.stdout }} -o %N', 'register': 'node', 'changed_when': False},
+                {'ansible.builtin.shell': 'curl -s -o /dev/null -w %%{http_code} -H "Authorization: Bearer $(cat %s/api-key)" %s' % (path, url),
+                 'register': 'c', 'until': "c.stdout == '200'", 'retries': 1000, 'delay': 2, 'changed_when': False},
+                {'ansible.builtin.set_fact': {'polls': '{{ q.attempts + c.attempts + 1 }}'}},
+            ]
+        else:
+            plays[kind] = [
+                {'glm.serve.slurm_job': {'name': names[0], 'script': dl, 'chdir': path}, 'register': 'dl'},
+                {'glm.serve.slurm_job': {'name': names[1], 'script': serve, 'chdir': path, 'wait': True, 'wait_timeout': 3 * (download + loading),
+                                         'dependency': [{'type': 'afterok', 'job_ids': ['{{ dl.job_id }}']}],
+                                         'probe': {'port': port + number, 'key_file': os.path.join(path, 'api-key'), 'model': 'glm-5.3-flash'}},
+                 'register': 'srv', 'ignore_errors': True},
+                {'ansible.builtin.set_fact': {'polls': '{{ dl.polls + srv.polls }}'}},
+            ]
+    before = rpc_counts()
+    results = {}
+    started = time.time()
+
+    def run(kind):
+        try:
+            results[kind] = bench.play(kind, plays[kind])
+        except SystemExit as exc:
+            print(exc)
+            results[kind] = (None, time.time())
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = rpc_counts()
+    rows = []
+    for kind, user in bench.users.items():
+        res, ended = results[kind]
+        minutes = (ended - started) / 60.0
+        rpcs = after.get(user, 0) - before.get(user, 0)
+        failed = res is None or any(r.get('failed') for r in res)
+        polls = res[-1].get('ansible_facts', {}).get('polls') if res else None
+        rows.append(('chain %d s + %d s' % (download, loading), {'module': 'this tree'}.get(kind, kind), round(ended - started, 1),
+                     rpcs if rpcs >= 0 else None, round(rpcs / minutes, 2) if rpcs >= 0 else None, polls, failed))
+        sh(['runuser', '-u', user, '--', 'scancel', '-u', user])
+    return rows
+
+
 def overhead(bench):
     """Wall time of an ansible-playbook run of a module that returns at once (included in every latency)."""
     started = time.time()
@@ -357,7 +443,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--samples', type=int, default=5)
     parser.add_argument('--wait', type=int, default=120)
-    parser.add_argument('--only', choices=['load', 'latency', 'rerun'])
+    parser.add_argument('--only', choices=['load', 'latency', 'rerun', 'chain'])
+    parser.add_argument('--chain', default='480,240', help='the long chain: download and loading seconds (default 480,240)')
     parser.add_argument('--before', metavar='REV', help='also run the module of this git revision, side by side')
     opts = parser.parse_args()
     if os.geteuid() != 0:
@@ -382,6 +469,13 @@ def main():
                     if values:
                         print('median %.2f s, min %.2f s, max %.2f s (to the controller-side task right after the module returned)' % (
                             statistics.median(values), min(values), max(values)))
+        if opts.only in (None, 'chain'):
+            download, loading = [int(x) for x in opts.chain.split(',')]
+            print('\n## A deploy\'s long wait, all in for the waiter (submit both jobs, wait until /v1/models answers)')
+            print('| chain | waiter | seconds | RPCs | RPCs/min | squeue/scontrol calls | failed |')
+            print('|---|---|---|---|---|---|---|')
+            for row in long_chain(bench, download, loading):
+                print('| %s | %s | %s | %s | %s | %s | %s |' % row)
         if opts.only == 'rerun' or (opts.only is None and opts.before):
             print('\n## Deploy again with everything up, against a ping playbook (login user %s over SSH)' % LOGIN_USER)
             print('| tree | run | seconds | RPCs of %s | output lines | tasks |' % LOGIN_USER)

@@ -500,3 +500,49 @@ def test_recreate_if_older_than_the_key_file(run, tmp_path, submitted_ago, repla
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'recreate_if_older_than': str(key)}, slurm)
     assert ok and result['job_id'] == ('4125' if replaced else '4124')
     assert (result['cancelled'] == ['4124']) is replaced
+
+
+# -- the submit record: a re-run that changes nothing costs one lookup ------------------------------------------
+
+
+def test_submit_writes_a_record_and_a_rerun_asks_slurm_nothing_but_the_lookup(run, tmp_path):
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --output=%x-%j.out\necho hi\n#SBATCH --output=ignored\n')
+    first = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4124\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, first)
+    assert ok and result['submitted']
+    record = tmp_path / '.slurm_job-glmuser-glm-serve.json'
+    assert json.loads(record.read_text()) == {'job_id': '4124', 'sha256': ja.script_digest(str(script))}
+    assert oct(os.stat(str(record)).st_mode & 0o777) == '0o600'
+    # the job runs now; the same script again: one squeue, no scontrol (neither show job nor write batch_script)
+    again = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, again)
+    assert ok and result['changed'] is False and result['job_id'] == '4124'
+    assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'   # the script's --output, in the job's work dir
+    assert [a[0] for a in again.argvs()] == ['/usr/bin/squeue', '/usr/bin/squeue']   # --version, then the lookup
+    # the script changed since: replaced, still without asking Slurm for the stored script
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho changed\n')
+    changed = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(['/usr/bin/scancel']).on(
+        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, changed)
+    assert ok and result['job_id'] == '4125' and result['cancelled'] == ['4124']
+    assert not [a for a in changed.argvs('scontrol') if 'batch_script' in a]
+
+
+def test_a_record_of_another_job_is_not_trusted(run, tmp_path):
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(
+        u'{"job_id": "4000", "sha256": "%s"}' % ja.script_digest(str(script)))
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', 'write', 'batch_script', '4124', '-'], out=script.read_text()).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, slurm)
+    assert ok and result['changed'] is False
+    assert [a for a in slurm.argvs('scontrol') if 'batch_script' in a]           # asked Slurm, as before
+    assert [a for a in slurm.argvs('scontrol') if 'show' in a]
+
+
+def test_script_output_pattern_reads_the_header_only():
+    assert ja.script_output_pattern('/nonexistent') is None
