@@ -23,6 +23,10 @@ import tempfile
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+# The module's own list of live and ending states (one list: playbooks, tests and module agree).
+sys.path.insert(0, os.path.join(REPO, '.collections'))
+from ansible_collections.glm.serve.plugins.module_utils.slurm_parse import ENDING_STATES, LIVE_STATES  # noqa: E402
+
 CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
 BIN = os.path.dirname(sys.executable)
 LOGIN_USER = 'glmuser'
@@ -90,8 +94,9 @@ def my_jobs(match):
 
 
 def live_jobs(match):
-    """Only the PENDING/RUNNING ones (plain `squeue --me -h -o %j` shows no finished jobs)."""
-    return [row for row in my_jobs(match) if row[2] in ('PENDING', 'RUNNING', 'CONFIGURING', 'COMPLETING')]
+    """The jobs not over yet: live (glm.serve.slurm_job_info's `live`: queued or running) or ending (COMPLETING,
+    STAGE_OUT: still on a node), by the module's own lists of states."""
+    return [row for row in my_jobs(match) if row[2] in LIVE_STATES | ENDING_STATES]
 
 
 def scancel_names(names):

@@ -169,6 +169,13 @@ CASES = [
     case('server_wait_timeout', 'forever', 'int'),
     case('server_wait_sleep', 0, '1 or more'),
     case('server_probe_timeout', 0, '1 or more'),
+    # several bad values of one role: its one check names every one of them at once
+    case('server_time', '8 hours', 'HH:MM:SS', 'server_tp_size=4 is not valid', 'server_ep_size=3 is not valid',
+         also={'server_tp_size': 4, 'server_ep_size': 3}, label='server-three-bad-values-at-once'),
+    case('glm_port', 0, '1 to 65535', 'glm_served_model_name="glm 5.3 flash" is not valid',
+         also={'glm_served_model_name': 'glm 5.3 flash'}, label='glm-two-bad-values-at-once'),
+    case('server_partition', 'compute-a100', 'not a partition', 'download_partition=compute-b200 is not a partition',
+         also={'download_partition': 'compute-b200'}, label='two-bad-partitions-at-once'),
     # deploy.yml's own
     case('glm_hosts', 'no-such-hosts', 'inventory'),
     case('glm_smoke_test', 'maybe', 'true or false'),

@@ -2,6 +2,8 @@
 
 After a deploy of its own (work dir ~/glm-it-teardown, jobs it-td-*):
 - status.yml names the running server job, its node and end, and says /v1/models answers (200 with the key);
+- a second deploy changes nothing, submits nothing, and reads in a screen (one check per role, one preflight);
+- status.yml without a readable key file still shows the jobs, and says why it did not ask /v1/models;
 - teardown with glm_stop_at lowers the running job's end time (Slurm itself ends it then); the job keeps running;
 - a glm_stop_at after the job's current end is refused with a message (users may only shorten their jobs);
 - teardown cancels the server, a second teardown changes nothing (safe on a schedule), and status says no job runs.
@@ -12,6 +14,7 @@ __metaclass__ = type
 
 import datetime
 import os
+import re
 import shutil
 
 import pytest
@@ -22,6 +25,7 @@ WORK = 'glm-it-teardown'
 DOWNLOAD = 'it-td-download'
 SERVE = 'it-td-serve'
 VARS = isolated_vars(WORK, DOWNLOAD, SERVE, server_time='00:30:00')
+TASK = re.compile(r'^TASK \[(.*)\] \*+$', re.M)
 
 
 def serve_job():
@@ -56,6 +60,25 @@ def test_status_shows_the_running_server(env):
     job_id = env['job'][0]
     assert '%s job %s: RUNNING on node' % (SERVE, job_id) in proc.stdout, proc.stdout[-3000:]
     assert 'answers (HTTP 200 with the key, 401 without)' in proc.stdout, proc.stdout[-3000:]
+
+
+def test_deploy_again_changes_nothing_and_reads_in_a_screen(env):
+    proc = run_playbook('deploy.yml', VARS, env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    assert serve_job()[0] == env['job'][0], 'a second deploy submitted a new server job'
+    tasks = TASK.findall(proc.stdout)
+    # one check per role (no line per variable), one Slurm preflight, nothing written or submitted again
+    assert len(tasks) <= 30, tasks
+    assert '(item=' not in proc.stdout, proc.stdout
+    assert len([t for t in tasks if 'Look at the Slurm cluster' in t]) == 1, tasks
+    assert len(proc.stdout.splitlines()) <= 120, proc.stdout
+
+
+def test_status_without_a_readable_key_file_still_shows_the_jobs(env):
+    proc = run_playbook('status.yml', dict(VARS, glm_api_key_file='~/%s/no-such-key' % WORK), env['tmp'])
+    assert recap(proc) == (0, 0), proc.stdout[-4000:]
+    assert '%s job %s: RUNNING on node' % (SERVE, env['job'][0]) in proc.stdout, proc.stdout[-3000:]
+    assert 'not asked: cannot read the API key file' in proc.stdout, proc.stdout[-3000:]
 
 
 def test_stop_at_lowers_the_end_time_and_keeps_the_job(env):
