@@ -76,6 +76,16 @@ class Context:
         """func, with the controller's outages retried for up to ``retry_timeout`` seconds."""
         return self.cli.retry(func, self.retry_timeout, *args, **kwargs)
 
+    def script_text(self):
+        """The batch script as it is to be submitted: ``script_content`` if given, else the file (None if unreadable)."""
+        if self.params.get('script_content') is not None:
+            return self.params['script_content']
+        try:
+            with open(self.params['script'], 'rb') as handle:
+                return handle.read().decode('utf-8', 'replace')
+        except (IOError, OSError, TypeError, KeyError):
+            return None
+
 
 def base_result(ctx):
     return {
@@ -231,12 +241,15 @@ def lock_path(params, name, user, suffix='.lock'):
 # submitted by hand, another login node's run, an older version of the module) the module asks Slurm as before.
 
 
-def script_digest(path):
-    try:
-        with open(path, 'rb') as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except (IOError, OSError, TypeError):
-        return None
+def script_digest(path=None, text=None):
+    """sha256 of a script, from its text or its file (None when there is neither)."""
+    if text is None:
+        try:
+            with open(path, 'rb') as handle:
+                return hashlib.sha256(handle.read()).hexdigest()
+        except (IOError, OSError, TypeError):
+            return None
+    return hashlib.sha256(text.encode('utf-8')).hexdigest()
 
 
 def read_record(ctx):
@@ -265,30 +278,27 @@ def write_record(ctx, job_id, digest):
 def recorded(ctx, job):
     """True/False: the record of ``job`` says whether it runs the script as it is now; None: no record of it."""
     record = read_record(ctx)
-    if not record or record.get('job_id') != str(job.get('job_id')) or not ctx.params.get('script'):
+    text = ctx.script_text() if ctx.params.get('script') else None
+    if not record or record.get('job_id') != str(job.get('job_id')) or text is None:
         return None
-    return record.get('sha256') == script_digest(ctx.params['script'])
+    return record.get('sha256') == script_digest(text=text)
 
 
 _OUTPUT_RE = re.compile(r'^#SBATCH\s+(?:--output(?:=|\s+)|-o\s*)(\S+)\s*$')
 
 
-def script_output_pattern(script, sbatch_args=()):
+def script_output_pattern(text, sbatch_args=()):
     """The ``--output`` of a batch script's ``#SBATCH`` header (None if unset, or if sbatch_args set it)."""
-    if any(a.startswith(('--output', '-o')) for a in sbatch_args or ()):
+    if text is None or any(a.startswith(('--output', '-o')) for a in sbatch_args or ()):
         return None
     found = None
-    try:
-        with open(script) as handle:
-            for line in handle:
-                line = line.strip()
-                if line and not line.startswith('#'):
-                    break   # sbatch reads #SBATCH lines up to the first command
-                match = _OUTPUT_RE.match(line)
-                if match:
-                    found = match.group(1).strip('"\'')
-    except (IOError, OSError, TypeError):
-        return None
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith('#'):
+            break   # sbatch reads #SBATCH lines up to the first command
+        match = _OUTPUT_RE.match(line)
+        if match:
+            found = match.group(1).strip('"\'')
     return found
 
 
@@ -296,7 +306,7 @@ def local_output_path(ctx, job):
     """The output path of a live job submitted by this module from the script as it is now, without Slurm."""
     if not is_live(job) or not job.get('work_dir') or recorded(ctx, job) is not True:
         return None
-    pattern = script_output_pattern(ctx.params['script'], ctx.params.get('sbatch_args'))
+    pattern = script_output_pattern(ctx.script_text(), ctx.params.get('sbatch_args'))
     path = sp.expand_output_pattern(pattern, job['job_id'], job.get('name'), job.get('user'), job.get('work_dir')) if pattern else None
     if not path:
         return None
@@ -347,16 +357,14 @@ def submitted_before(ctx, job, path):
     return submitted is not None and submitted < int(mtime)
 
 
-def script_changed(ctx, job, script):
-    """True when the script Slurm stored for the live job differs from the script file now (the submit record
+def script_changed(ctx, job):
+    """True when the script Slurm stored for the live job differs from the script to submit now (the submit record
     answers for a job this module submitted; otherwise Slurm is asked)."""
     same = recorded(ctx, job)
     if same is not None:
         return not same
-    try:
-        with open(script, 'rb') as handle:
-            current = handle.read().decode('utf-8', 'replace')
-    except (IOError, OSError):
+    current = ctx.script_text()
+    if current is None:
         return False
     stored = ctx.cli.batch_script(job['job_id'])
     if stored is None:
@@ -467,14 +475,50 @@ def _dependency_ids(params):
     return [str(i).split(';', 1)[0] for d in (params.get('dependency') or []) for i in (d.get('job_ids') or [])]
 
 
+def write_script(ctx, result):
+    """Write ``script_content`` to ``script`` (0600, atomically) when the file differs; in check mode, only say so."""
+    content, path = ctx.params.get('script_content'), ctx.params.get('script')
+    if content is None:
+        return
+    if not path:
+        raise ActionError('script_content needs script, the path to write it to on the host')
+    try:
+        with open(path, 'rb') as handle:
+            if handle.read() == content.encode('utf-8'):
+                return
+    except (IOError, OSError):
+        pass
+    result['changed'] = result['script_written'] = True
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        if ctx.check_mode:
+            ctx.warn('the folder %s does not exist (yet): in a real run the task would fail unless it is created first' % folder)
+            return
+        raise ActionError('the folder %s of script does not exist on the host: create it first' % folder)
+    if ctx.check_mode:
+        return
+    fd, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=folder)
+    try:
+        with os.fdopen(fd, 'wb') as handle:
+            handle.write(content.encode('utf-8'))
+        os.chmod(temp, 0o600)
+        os.rename(temp, path)
+    except (IOError, OSError) as exc:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise ActionError('cannot write the batch script %s: %s' % (path, exc))
+
+
 def present(ctx):
-    """Adopt or submit the job (``name`` + user, or ``job_id``), then wait for it and set its end time."""
+    """Write the script (``script_content``), adopt or submit the job (``name`` + user, or ``job_id``), then wait
+    for it and set its end time."""
     params = ctx.params
     result = base_result(ctx)
     hints = compile_hints(params.get('hints'))
     waits = params.get('wait') and not ctx.check_mode
     probe, secrets = make_probe(params.get('probe')) if waits else (None, ())
     try:
+        write_script(ctx, result)
         job = adopt_by_id(ctx) if params.get('job_id') else adopt_or_submit(ctx, result)
         if job is not None and job.get('job_id'):
             result['job_id'] = job['job_id']
@@ -528,7 +572,7 @@ def find_or_submit(ctx, result):
         if len(live) > 1:
             ctx.warn('%d live jobs are named %s for user %s (%s): using the newest' % (
                 len(live), ctx.name, ctx.user, ', '.join(j['job_id'] for j in live)))
-        if params.get('recreate_on_change') and params.get('script') and script_changed(ctx, job, params['script']):
+        if params.get('recreate_on_change') and params.get('script') and script_changed(ctx, job):
             result['script_changed'] = True
             job = None
     if job is None:
@@ -570,6 +614,8 @@ def submit(ctx, to_cancel, result):
     chdir = params.get('chdir') or os.path.dirname(os.path.abspath(script))
     umask = parse_umask(params.get('umask') or '0077')
     for path, kind, test in ((script, 'batch script', os.path.isfile), (chdir, 'chdir directory', os.path.isdir)):
+        if ctx.check_mode and kind == 'batch script' and params.get('script_content') is not None:
+            continue   # it would be written first
         if not test(path):
             if ctx.check_mode:
                 ctx.warn('the %s %s does not exist (yet): in a real run the task would fail unless it is created first' % (kind, path))
@@ -582,7 +628,7 @@ def submit(ctx, to_cancel, result):
     result['sbatch_cmd'] = argv
     if ctx.check_mode:
         return {'job_id': None, 'name': ctx.name, 'user': ctx.user}
-    digest = script_digest(script)
+    digest = script_digest(text=ctx.script_text())
     if to_cancel:
         ctx.retry(cli.cancel, to_cancel)
     deadline = ctx.clock.now() + ctx.retry_timeout

@@ -61,6 +61,14 @@ options:
     description:
       - Path of the batch script on the host. Required to submit. The module checks it exists first.
     type: path
+  script_content:
+    description:
+      - The batch script's text. The module writes it to O(script) (mode C(0600), atomically) when the file differs, before it
+        looks for a live job, and reports V(changed); in check mode it only says so.
+      - With O(recreate_on_change), a live job is replaced when the script it runs differs from this text, in check mode too.
+      - The file is compared byte for byte, so a run that changes nothing writes nothing. Leave it unset to submit a
+        file written otherwise (for example by M(ansible.builtin.template)).
+    type: str
   chdir:
     description:
       - Directory C(sbatch) runs in, so the directory where a relative C(--output) such as C(%x-%j.out) lands.
@@ -316,6 +324,10 @@ older_than:
   description: The O(recreate_if_older_than) file, when the live job was older than it and was replaced.
   returned: when the live job was replaced for that reason
   type: str
+script_written:
+  description: True when O(script_content) was written to O(script) (would be, in check mode).
+  returned: when O(script_content) differed from the file
+  type: bool
 script_changed:
   description: True when O(recreate_on_change) found that the live job's stored script differs from O(script).
   returned: when the live job was replaced for that reason
@@ -401,6 +413,7 @@ def argument_spec():
         name=dict(type='str'),
         state=dict(type='str', default='present', choices=['present', 'absent']),
         script=dict(type='path'),
+        script_content=dict(type='str'),
         chdir=dict(type='path'),
         dependency=dict(type='list', elements='dict', options=dict(
             type=dict(type='str', required=True, choices=['afterok', 'afterany', 'afternotok', 'after', 'singleton']),
@@ -431,7 +444,7 @@ def argument_spec():
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True,
-                           required_one_of=[('name', 'job_id')])
+                           required_one_of=[('name', 'job_id')], required_by={'script_content': 'script'})
     ctx = job_actions.Context(SlurmCli(module), module.params, check_mode=module.check_mode, warn=module.warn, log=module.log)
     action = job_actions.present if module.params['state'] == 'present' else job_actions.absent
     try:

@@ -545,4 +545,35 @@ def test_a_record_of_another_job_is_not_trusted(run, tmp_path):
 
 
 def test_script_output_pattern_reads_the_header_only():
-    assert ja.script_output_pattern('/nonexistent') is None
+    assert ja.script_output_pattern(None) is None
+    assert ja.script_output_pattern('#!/bin/bash\n#SBATCH -o out-%j.txt\necho\n#SBATCH --output=late\n') == 'out-%j.txt'
+    assert ja.script_output_pattern('#SBATCH --output=a\n', ['--output=b']) is None
+
+
+def test_script_content_is_written_once_and_predicts_the_restart_in_check_mode(run, tmp_path):
+    script = tmp_path / 'serve.sbatch'
+    text = u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho one\n'
+    first = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4124\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'PENDING'))
+    params = {'name': 'glm-serve', 'script': str(script), 'script_content': text, 'recreate_on_change': True}
+    ok, result = run(slurm_job, params, first)
+    assert ok and result['script_written'] and result['submitted'] and script.read_text() == text
+    assert oct(os.stat(str(script)).st_mode & 0o777) == '0o600'
+    # the same text again: nothing written, nothing submitted, one lookup
+    again = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, params, again)
+    assert ok and result['changed'] is False and 'script_written' not in result
+    # another text in check mode: the file stays, the restart is predicted from the record, nothing runs
+    mtime = os.stat(str(script)).st_mtime
+    check = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, dict(params, script_content=text.replace('one', 'two')), check, check_mode=True)
+    assert ok and result['changed'] and result['script_written'] and result['script_changed'] and result['submitted']
+    assert result['cancelled'] == ['4124'] and script.read_text() == text and os.stat(str(script)).st_mtime == mtime
+    assert check.argvs('sbatch') == [] and check.argvs('scancel') == []
+
+
+def test_script_content_into_a_missing_folder_fails_before_anything_runs(run, tmp_path):
+    slurm = Slurm()
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(tmp_path / 'no' / 's.sbatch'), 'script_content': 'x'}, slurm)
+    assert not ok and 'does not exist on the host' in result['msg'] and str(tmp_path / 'no') in result['msg']
+    assert slurm.argvs('sbatch') == [] and slurm.argvs('squeue')[1:] == []
