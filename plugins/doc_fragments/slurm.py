@@ -82,7 +82,8 @@ options:
       - With M(glm.serve.slurm_job) and its C(wait) option, the wait ends when it answers HTTP 200 and lists O(probe.model); the port is
         polled every second once the job runs, which costs the controller nothing. HTTP 401 fails at once (the server runs
         with another key). Connection refused or timeouts mean the server is still starting.
-      - With M(glm.serve.slurm_job_info), each RUNNING job is asked once and the answer is returned in C(jobs[].probe).
+      - With M(glm.serve.slurm_job_info), each RUNNING job is asked once and the answer is returned in C(jobs[].probe);
+        the key file is read only when a job runs.
     type: dict
     suboptions:
       port:

@@ -700,7 +700,6 @@ def info(ctx):
     """The jobs asked for (ids, name, user), oldest first, each marked ``live``/``ending``; with ``probe``, the
     server's answer of each RUNNING job."""
     params, cli = ctx.params, ctx.cli
-    probe, _secrets = make_probe(params.get('probe'))
     job_ids = [str(j) for j in (params.get('job_ids') or [])]
     user = None if params.get('all_users') else (params.get('user') or (None if job_ids else current_user()))
     rows = ctx.retry(cli.squeue, job_ids=job_ids or None, name=params.get('name'), user=user, all_states=True)
@@ -714,6 +713,9 @@ def info(ctx):
             else:
                 missing.append(job_id)
     wanted_live = params.get('live')
+    # the key is read only when there is a server to ask (a missing key file does not hide the jobs)
+    running = any(r.get('state') == 'RUNNING' and (wanted_live is None or is_live(r) == wanted_live) for r in rows)
+    probe = make_probe(params.get('probe'))[0] if running else None
     jobs = []
     for row in sorted(rows, key=lambda r: _id_key(r['job_id'])):
         if wanted_live is not None and is_live(row) != wanted_live:
@@ -722,8 +724,8 @@ def info(ctx):
             row = details(ctx, row)
         job = dict((k, row.get(k)) for k in INFO_KEYS)
         job.update(live=is_live(row), ending=is_ending(row))
-        if probe is not None:
-            job['probe'] = probe_job(probe, row)
+        if params.get('probe'):
+            job['probe'] = probe_job(probe, row) if probe is not None else None
         jobs.append(job)
     return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls}
 

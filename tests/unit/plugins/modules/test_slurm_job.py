@@ -347,6 +347,10 @@ def test_info_probe_asks_the_running_job_with_the_key_from_its_file(run, monkeyp
     assert 'sekrit-key-0123' not in repr(result)
     ok, result = run(slurm_job_info, {'name': 'glm-serve', 'probe': dict(probe, key_file=str(tmp_path / 'none'))}, slurm)
     assert not ok and str(tmp_path / 'none') in result['msg']
+    # no running job: the key is not needed, the jobs are listed
+    pending = Slurm().on(argv, out=squeue_row('4125', 'PENDING'))
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False, 'probe': dict(probe, key_file=str(tmp_path / 'none'))}, pending)
+    assert ok and result['jobs'][0]['probe'] is None
 
 
 def test_info_by_ids_falls_back_to_scontrol_and_reports_missing(run):
