@@ -17,10 +17,13 @@ __metaclass__ = type
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 
 import pytest
@@ -43,10 +46,17 @@ def cluster():
         pytest.skip('integration tests run as root on the machine of the local cluster')
     if not os.path.exists(CLUSTER):
         pytest.skip('no tests/cluster/cluster.sh')
-    proc = subprocess.run([CLUSTER, 'status'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
-    if proc.returncode != 0:
-        pytest.skip('the local Slurm cluster is not up (tests/cluster/cluster.sh status):\n' + proc.stdout)
-    return True
+    # `status` also fails for a few seconds while a test restarts slurmctld, or while a node shows a passing state
+    # (PLANNED by the backfill scheduler): skip only when the cluster stays not ready for a minute
+    deadline = time.monotonic() + 60
+    while True:
+        proc = subprocess.run([CLUSTER, 'status'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              check=False)
+        if proc.returncode == 0:
+            return True
+        if time.monotonic() >= deadline:
+            pytest.skip('the local Slurm cluster is not up (tests/cluster/cluster.sh status):\n' + proc.stdout)
+        time.sleep(2)
 
 
 @pytest.fixture(scope='session')
@@ -58,6 +68,32 @@ def inventory(cluster, tmp_path_factory):
     with open(path, 'w') as handle:
         handle.write(INVENTORY_VARS)
     return path
+
+
+#: A bash function for batch scripts: `gate FILE SECONDS` returns when FILE exists (the test creates it with
+#: Work.open at the moment its scenario needs), or fails after SECONDS so that a gate never opened cannot hang
+#: the job (its job then ends with an error that the test sees). Jobs gated so end on an event, not a sleep.
+GATE = (
+    'gate() {\n'
+    '  local i=0\n'
+    '  while [ ! -e "$1" ]; do\n'
+    '    if [ "$i" -ge $(( $2 * 5 )) ]; then echo "gate $1 was not opened within $2 s" >&2; return 1; fi\n'
+    '    sleep 0.2; i=$((i + 1))\n'
+    '  done\n'
+    '}\n'
+)
+
+#: A transparent wrapper of a Slurm command for the login user: every call's arguments and output go to a file of
+#: calls/ (NAME.part while the call runs, NAME.done when it has returned), then the real output and status.
+SPY = (
+    '#!/bin/bash\n'
+    'log=$(mktemp "%(calls)s/XXXXXXXX.part") || exec %(real)s "$@"\n'
+    'printf \'%%s\\n\' "$*" >"$log"\n'
+    '%(real)s "$@" | tee -a "$log"\n'
+    'rc=${PIPESTATUS[0]}\n'
+    'mv "$log" "${log%%.part}.done"\n'
+    'exit "$rc"\n'
+)
 
 
 def as_login(argv, **kwargs):
@@ -132,10 +168,96 @@ class Work:
         proc = as_login(['squeue', '-h', '-n', name, '-o', '%i %T'])
         return [tuple(line.split()) for line in proc.stdout.splitlines() if line.strip()]
 
-    def cleanup(self):
+    # -- explicit events, instead of sleeps ----------------------------------------------------------
+
+    def gate(self, name):
+        """The path of a gate file (not made yet) for GATE in a batch script."""
+        return os.path.join(self.dir, 'gate-' + name)
+
+    def open(self, gate):
+        """Open a gate: the jobs waiting on it go on."""
+        self.file(os.path.basename(gate), '')
+
+    def spy(self):
+        """Wrap scontrol and squeue for the module: returns the task environment that puts the wrappers first on
+        PATH. Work.seen() then tells what the module itself has observed."""
+        bindir, calls = os.path.join(self.dir, 'spy-bin'), os.path.join(self.dir, 'spy-calls')
+        for path in (bindir, calls):
+            os.mkdir(path)
+            os.chown(path, self.uid, self.gid)
+        for command in ('scontrol', 'squeue'):
+            real = shutil.which(command) or '/usr/bin/' + command
+            self.file(os.path.join('spy-bin', command), SPY % {'calls': calls, 'real': real}, mode=0o755)
+        return {'PATH': bindir + ':/usr/local/bin:/usr/bin:/bin'}
+
+    def seen(self, job_id, state, reason=None):
+        """True when a Slurm call of the module about job_id has RETURNED the job in state (and with reason): the
+        module has observed that, so its result must show it. Reads scontrol's `JobState=S Reason=R` and squeue's
+        columns alike (a word of its own, not a field name such as `Dependency=`)."""
+        calls = os.path.join(self.dir, 'spy-calls')
+        wanted = [re.compile(r'(?:%s=|(?<![\w=]))%s(?![\w=])' % (field, re.escape(value)))
+                  for field, value in (('JobState', state), ('Reason', reason)) if value]
+        for entry in os.listdir(calls):
+            if not entry.endswith('.done'):
+                continue
+            with open(os.path.join(calls, entry)) as handle:
+                argv, _sep, out = handle.read().partition('\n')
+            if str(job_id) in argv.replace(',', ' ').split() and all(w.search(out) for w in wanted):
+                return True
+        return False
+
+    def wait_for(self, predicate, timeout, what):
+        """Poll predicate until it holds (returns its value) or fail after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise AssertionError('%s did not happen within %ds; jobs: %s' % (
+                    what, timeout, [(n, self.squeue(n)) for n in self.names]))
+            time.sleep(0.2)
+
+    def during(self, step):
+        """Run step() in a thread (while the test runs a play); returns the thread, whose join() re-raises the
+        step's error. A step that fails cancels this test's jobs first, so that the play does not wait for
+        its timeout."""
+        return Step(step, self.cancel)
+
+    def cancel(self):
         for name in self.names:
             as_login(['scancel', '-n', name])
+
+    def cleanup(self):
+        """Cancels the test's jobs and waits (at most 60 s) until they have left the queue, so that no job of the test
+        still runs, or writes into its folder, when the folder goes."""
+        self.cancel()
+        deadline = time.monotonic() + 60
+        while any(self.squeue(name) for name in self.names) and time.monotonic() < deadline:
+            time.sleep(0.5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Step(threading.Thread):
+    """A test step in the background; join() re-raises its error (a thread's error is otherwise lost)."""
+
+    def __init__(self, step, on_error):
+        super(Step, self).__init__(daemon=True)
+        self.step, self.on_error, self.error, self.value = step, on_error, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.value = self.step()
+        except BaseException as exc:  # noqa: B902 -- handed to the test's thread by join()
+            self.error = exc
+            self.on_error()
+
+    def join(self, timeout=None):
+        super(Step, self).join(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 @pytest.fixture

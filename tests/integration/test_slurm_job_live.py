@@ -9,14 +9,16 @@ __metaclass__ = type
 
 import random
 import subprocess
-import threading
 import time
 
-from conftest import CLUSTER
+from conftest import CLUSTER, GATE
 
 
-def job(**args):
-    return {'name': 'slurm_job', 'glm.serve.slurm_job': args, 'ignore_errors': True}
+def job(environment=None, **args):
+    task = {'name': 'slurm_job', 'glm.serve.slurm_job': args, 'ignore_errors': True}
+    if environment:
+        task['environment'] = environment
+    return task
 
 
 def info(**args):
@@ -24,11 +26,14 @@ def info(**args):
 
 
 SLEEPER = 'echo started; sleep %d; echo done\n'
+# A job that runs until the test opens its gate (Work.open), at most a bound, so that whether it still runs, or has
+# already ended, at some step of a test never depends on the machine's speed.
+GATED = GATE + 'echo started; gate %s %d || exit 1; echo done\n'
 
 
 def test_submit_check_mode_idempotence_and_cancel_by_name(work):
     name = work.name('idem')
-    script = work.script('sleep.sbatch', SLEEPER % 120)
+    script = work.script('hold.sbatch', GATED % (work.gate('never'), 600))   # runs until the test cancels it
     args = dict(name=name, script=script)
     (pred,), unused_proc = work.play([job(**args)], check=True)
     assert pred['changed'] is True and pred['submitted'] is True and pred['job_id'] is None, pred
@@ -58,13 +63,26 @@ def test_submit_check_mode_idempotence_and_cancel_by_name(work):
 
 
 def test_chain_success_waits_for_the_child_to_complete(work):
+    """The parent runs until the module has seen the child PENDING (Dependency): it then ends, and the wait goes on
+    until the child COMPLETED (a parent that ended before the child was submitted would not test the chain)."""
     parent, child = work.name('dl'), work.name('srv')
-    results, unused_proc = work.play([job(name=parent, script=work.script('p.sbatch', SLEEPER % 3))])
+    go = work.gate('parent')
+    spy = work.spy()
+    results, unused_proc = work.play([job(name=parent, script=work.script('p.sbatch', GATED % (go, 300)))])
     (first,) = results
+    assert first['state'] in ('PENDING', 'RUNNING'), first
+
+    def release_parent():
+        child_id = work.wait_for(lambda: work.squeue(child), 200, 'the child submitted')[0][0]
+        work.wait_for(lambda: work.seen(child_id, 'PENDING', 'Dependency'), 60, 'the module seeing the child PENDING (Dependency)')
+        work.open(go)
+
+    step = work.during(release_parent)
     results, unused_proc = work.play([
         job(name=child, script=work.script('c.sbatch', SLEEPER % 1), wait=True, wait_condition=['COMPLETED'], wait_timeout=120,
-            dependency=[{'type': 'afterok', 'job_ids': [first['job_id']]}]),
+            dependency=[{'type': 'afterok', 'job_ids': [first['job_id']]}], environment=spy),
     ])
+    step.join()
     (done,) = results
     assert not done.get('failed'), done
     assert done['state'] == 'COMPLETED' and done['exit_code'] == '0:0'
@@ -73,28 +91,40 @@ def test_chain_success_waits_for_the_child_to_complete(work):
 
 
 def test_chain_failure_with_and_without_kill_on_invalid_dep(work):
+    """The parent fails while the first child waits for it (the parent is held until the module has seen that
+    child PENDING (Dependency)); the second child is submitted after the parent failed. Both waits end at once."""
     parent = work.name('bad')
     kill, keep = work.name('kill'), work.name('keep')
-    bad = work.script('bad.sbatch', 'echo loading; sleep 2; echo "Error: weights not found" >&2; exit 3\n')
+    go = work.gate('parent')
+    spy = work.spy()
+    bad = work.script('bad.sbatch', GATE + 'echo loading; gate %s 300 || exit 1; echo "Error: weights not found" >&2; exit 3\n' % go)
     ok = work.script('ok.sbatch', SLEEPER % 1)
     (first,), unused_proc = work.play([job(name=parent, script=bad)])
     dep = [{'type': 'afterok', 'job_ids': [first['job_id']]}]
-    started = time.time()
+
+    def fail_parent():
+        kill_id = work.wait_for(lambda: work.squeue(kill), 200, 'the first child submitted')[0][0]
+        work.wait_for(lambda: work.seen(kill_id, 'PENDING', 'Dependency'), 60, 'the module seeing the child PENDING (Dependency)')
+        work.open(go)
+        return time.monotonic()
+
+    step = work.during(fail_parent)
     results, unused_proc = work.play([
-        job(name=kill, script=ok, dependency=dep, wait=True, wait_timeout=60),
+        job(name=kill, script=ok, dependency=dep, wait=True, wait_timeout=60, environment=spy),
         job(name=keep, script=ok, dependency=dep, kill_on_invalid_dep=False, wait=True, wait_timeout=60),
     ])
-    took = time.time() - started
+    took = time.monotonic() - step.join()                        # from the parent's failure to the end of both waits
     killed, kept = results
     for result in (killed, kept):
         assert result.get('failed'), result
+        assert not result.get('timed_out'), result['msg']
         assert 'can never start' in result['msg'], result['msg']
         assert '%s %s FAILED' % (parent, first['job_id']) in result['msg']
         assert 'exit code 3:0' in result['msg']
         assert 'Error: weights not found' in result['msg']       # the parent's log tail
     assert killed['state'] in ('CANCELLED', 'PENDING')
     assert kept['state'] == 'PENDING'
-    assert took < 45, took                                       # failed at once, not at the timeout
+    assert took < 45, took                                       # failed at once, not at a timeout (60 s each)
     assert work.squeue(keep) and work.squeue(keep)[0][1] == 'PENDING'
 
 
@@ -110,20 +140,29 @@ def test_timeout_message_carries_the_last_state(work):
 
 
 def test_controller_restart_during_a_wait(work):
+    """slurmctld is down 12 s while the module waits for a RUNNING job; the job ends only after the controller is
+    back (its gate is opened then), so the wait has to carry on through the outage to see it COMPLETED."""
     name = work.name('restart')
-    script = work.script('s.sbatch', SLEEPER % 25)
+    go = work.gate('end')
+    spy = work.spy()
+    script = work.script('s.sbatch', GATED % (go, 300))
+    restarted = []
 
     def restart():
-        time.sleep(4)
-        subprocess.run([CLUSTER, 'restart-controller', '12'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        job_id = work.wait_for(lambda: work.squeue(name), 200, 'the job submitted')[0][0]
+        work.wait_for(lambda: work.seen(job_id, 'RUNNING'), 60, 'the module seeing the job RUNNING')
+        proc = subprocess.run([CLUSTER, 'restart-controller', '12'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, check=False)
+        assert proc.returncode == 0, proc.stdout
+        restarted.append(job_id)
+        work.open(go)
 
-    thread = threading.Thread(target=restart)
-    thread.start()
-    try:
-        results, unused_proc = work.play([job(name=name, script=script, wait=True, wait_condition=['COMPLETED'], wait_timeout=150)])
-    finally:
-        thread.join()
+    step = work.during(restart)
+    results, unused_proc = work.play([job(name=name, script=script, wait=True, wait_condition=['COMPLETED'], wait_timeout=150,
+                                          environment=spy)])
+    step.join()
     (result,) = results
+    assert restarted == [result['job_id']], (restarted, result)
     assert not result.get('failed'), result
     assert result['state'] == 'COMPLETED'
 
