@@ -445,7 +445,8 @@ class JobWaiter:
 
     def _fail_dependency(self, target, job, parent):
         parent_id = parent.get('job_id')
-        if parent_id and (parent.get('state') is None or 'exit_code' not in parent):
+        # the parent's row may be old (a covered wait asks for the job alone): read it again unless it is final
+        if parent_id and (parent.get('state') not in sp.TERMINAL_STATES or 'exit_code' not in parent):
             shown = self.cli.show_job(parent_id)
             if shown:
                 parent = self._merge(shown)

@@ -361,3 +361,23 @@ def test_output_signals_a_file_that_grew_and_stays_still_stalls_once():
             assert outputs.alive('1', t) and not outputs.alive('2', t)
     assert kinds == [(15, '1', Signal.STALLED)]
     assert not outputs.alive('1', 15)
+
+
+def test_a_covered_wait_names_the_parent_as_it_ended_not_as_last_seen():
+    # the wait asked for the job alone while the download's log grew; Slurm cancelled the job when the download
+    # hit its time limit: the message reads the download again (TIMEOUT), not its old RUNNING row
+    clock = FakeClock()
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')),
+              (200, job('1', 'TIMEOUT', reason='TimeLimit', name='dl', nodes='node2', exit_code='0:15'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (201, job('2', 'CANCELLED', reason='DependencyNeverSatisfied', dependency='afterok:1(failed)'))],
+    }
+    files = FakeFiles(clock, {'/w/job1.out': growing(0, 200, 2)})
+    known = job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')
+    waiter = jw.JobWaiter(FakeCli(clock, timeline), jw.Target('2', parents=['1'], known=known),
+                          policy=WaitPolicy(timeout=1800, cap=60), clock=clock, files=files)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert err.value.kind == wr.DEPENDENCY and err.value.failed_job['state'] == 'TIMEOUT'
+    assert 'dl 1 TIMEOUT' in err.value.msg and 'RUNNING' not in err.value.reason
