@@ -414,6 +414,7 @@ nodes_ready() {
     [[ $line =~ SlurmdStartTime=None ]] && return 1
     state=$(grep -oE ' State=[^ ]+' <<<"$line") || return 1
     state=${state# State=}
+    state=${state//+PLANNED/}   # the backfill scheduler plans a pending job on the node: still up
     case $state in
       IDLE | MIXED | ALLOCATED | COMPLETING | IDLE+COMPLETING | MIXED+COMPLETING | ALLOCATED+COMPLETING) ;;
       *) return 1 ;;
