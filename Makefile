@@ -73,8 +73,8 @@ molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on th
 	mkdir -p tests/output
 	molecule test --all 2>&1 | tee tests/output/molecule.log
 
-bench: setup cluster ## controller load and detection latency of waits (prints figures)
-	python tests/bench/bench_wait.py
+bench: setup cluster ## controller load, detection latency, a deploy's long chain, a re-run against ping (figures; BENCH_BEFORE=REV side by side)
+	python tests/bench/bench_wait.py $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
 
 build: setup ## the collection tarball, checked: no venv, cache or link inside
 	rm -rf build

@@ -476,7 +476,7 @@ def main():
             print('|---|---|---|---|---|---|---|')
             for row in long_chain(bench, download, loading):
                 print('| %s | %s | %s | %s | %s | %s | %s |' % row)
-        if opts.only == 'rerun' or (opts.only is None and opts.before):
+        if opts.only in (None, 'rerun'):
             print('\n## Deploy again with everything up, against a ping playbook (login user %s over SSH)' % LOGIN_USER)
             print('| tree | run | seconds | RPCs of %s | output lines | tasks |' % LOGIN_USER)
             print('|---|---|---|---|---|---|')
