@@ -244,16 +244,9 @@ def first_answer(url, key, deadline, box):
 
 def latency_probe(bench, samples, kind='module'):
     """Module return minus the moment the server first answers /v1/models (seen by a 50 ms poller)."""
-    path, entry = bench.dirs[kind]
+    path = setup_image(bench, kind)
     key = uuid.uuid4().hex
     bench.file(kind, 'api-key', key + '\n', mode=0o600)
-    setup = bench.submit(kind, bench.script(kind, 'setup.sbatch', (
-        'set -e\nsrun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
-        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': path}))
-    for unused_attempt in range(120):
-        if os.path.isdir(os.path.join(path, 'model')) and not sh(['squeue', '-h', '-j', setup]).stdout.strip():
-            break
-        time.sleep(1)
     out = []
     for i in range(samples):
         port = 40000 + i
