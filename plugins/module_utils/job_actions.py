@@ -65,6 +65,7 @@ class Context:
         self.retry_timeout = params.get('retry_timeout') or 120
         self.name = params.get('name')
         self._user = params.get('user')
+        self.recorded = {}          # job id -> what its submit record says (see recorded())
 
     @property
     def user(self):
@@ -276,7 +277,15 @@ def write_record(ctx, job_id, digest):
 
 
 def recorded(ctx, job):
-    """True/False: the record of ``job`` says whether it runs the script as it is now; None: no record of it."""
+    """True/False: the record of ``job`` says whether it runs the script as it is now; None: no record of it.
+    Read and hashed once per job and run (the script check and the output path both ask)."""
+    key = str(job.get('job_id'))
+    if key not in ctx.recorded:
+        ctx.recorded[key] = _recorded(ctx, job)
+    return ctx.recorded[key]
+
+
+def _recorded(ctx, job):
     record = read_record(ctx)
     text = ctx.script_text() if ctx.params.get('script') else None
     if not record or record.get('job_id') != str(job.get('job_id')) or text is None:

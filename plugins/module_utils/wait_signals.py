@@ -187,7 +187,7 @@ class PortSignal:
     def due(self, now):
         return now >= self.next_check
 
-    def check(self, node, now):
+    def check(self, node):
         if not node:
             return None
         self.endpoint = self.probe.endpoint(node)

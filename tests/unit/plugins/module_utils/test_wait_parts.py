@@ -128,17 +128,17 @@ def test_port_signal_ready_news_and_lost():
                      mp.ProbeResult(mp.STARTING, 'HTTP 503', answered=True), mp.ProbeResult(mp.STARTING, 'no answer'),
                      mp.ProbeResult(mp.READY, 'serves glm-5.3-flash', answered=True, models=['glm-5.3-flash'])]
     port = PortSignal(probe, interval=1.0, start=0)
-    assert port.due(0) and port.check(None, 0) is None             # no node yet: nothing asked
-    port.check('node1', 0)
+    assert port.due(0) and port.check(None) is None             # no node yet: nothing asked
+    port.check('node1')
     port.checked(0)
     assert port.news and not port.lost and not port.ready and not port.due(0.5) and port.due(1)
-    port.check('node1', 1)
+    port.check('node1')
     assert not port.news                                           # the same answer again
-    port.check('node1', 2)
+    port.check('node1')
     assert port.news and not port.lost
-    port.check('node1', 3)
+    port.check('node1')
     assert port.lost                                               # it answered, and no longer does
-    port.check('node1', 4)
+    port.check('node1')
     assert port.ready and port.endpoint == 'http://node1:30000'
 
 
