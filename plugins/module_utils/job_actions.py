@@ -20,6 +20,7 @@ import os
 import pwd
 import re
 import tempfile
+import time
 
 try:
     import fcntl
@@ -209,6 +210,11 @@ class SubmitLock:
                 return self
             self.clock.sleep(self.poll)
 
+    @property
+    def held(self):
+        """True while this run holds the lock (False when it went on without it)."""
+        return self.fd is not None
+
     def _close(self):
         if self.fd is not None:
             try:
@@ -225,9 +231,14 @@ class SubmitLock:
         return False
 
 
+def lock_folder(params):
+    """Where sbatch runs (chdir, else the script's folder): the lock and the submit records live there."""
+    return params.get('chdir') or (os.path.dirname(os.path.abspath(params['script'])) if params.get('script') else None)
+
+
 def lock_path(params, name, user, suffix='.lock'):
     """The lock file of name+user: next to where sbatch runs (chdir, else the script's folder)."""
-    folder = params.get('chdir') or (os.path.dirname(os.path.abspath(params['script'])) if params.get('script') else None)
+    folder = lock_folder(params)
     if not folder or not os.path.isdir(folder):
         return None
     safe = re.sub(r'[^A-Za-z0-9._-]', '_', '%s-%s' % (user, name))
@@ -253,8 +264,9 @@ def script_digest(path=None, text=None):
     return hashlib.sha256(text.encode('utf-8')).hexdigest()
 
 
-def read_record(ctx):
-    path = lock_path(ctx.params, ctx.name, ctx.user, '.json') if ctx.name else None
+def read_record(ctx, name=None):
+    name = name or ctx.name
+    path = lock_path(ctx.params, name, ctx.user, '.json') if name else None
     try:
         with open(path) as handle:
             record = json.load(handle)
@@ -560,14 +572,15 @@ def adopt_by_id(ctx):
 def adopt_or_submit(ctx, result):
     if not ctx.name:
         raise ActionError('state=present needs name (the job name, with user the idempotency key) or job_id')
-    with SubmitLock(None if ctx.check_mode else lock_path(ctx.params, ctx.name, ctx.user), ctx.clock, ctx.retry_timeout, ctx.warn):
-        return find_or_submit(ctx, result)
+    with SubmitLock(None if ctx.check_mode else lock_path(ctx.params, ctx.name, ctx.user), ctx.clock, ctx.retry_timeout,
+                    ctx.warn) as lock:
+        return find_or_submit(ctx, result, lock.held)
 
 
-def find_or_submit(ctx, result):
-    """Adopt the live job of name+user, or cancel what must go and submit. Run under SubmitLock."""
+def find_or_submit(ctx, result, locked=True):
+    """Adopt the live job of name+user, or cancel what must go and submit. Run under SubmitLock (``locked``: held)."""
     params = ctx.params
-    live = find_live(ctx)
+    live = live_jobs(ctx, result)
     to_cancel = [j['job_id'] for j in live if is_dead_pending(j)]
     live = [j for j in live if not is_dead_pending(j)]
     job = None
@@ -587,9 +600,77 @@ def find_or_submit(ctx, result):
     if job is None:
         to_cancel += [j['job_id'] for j in live]
         job = submit(ctx, to_cancel, result)
-        if not ctx.check_mode and job.get('job_id'):
+        if not ctx.check_mode and job.get('job_id') and (params.get('duplicate_check') == 'always' or not locked):
             job = keep_oldest(ctx, job, to_cancel, result)
     return job
+
+
+# -- the lookup by name, asking Slurm as little as it can -----------------------------------------------------
+#
+# In order: the listing an earlier task of the play made for this name (``lookup``), when no job of this name was
+# submitted since; the job of the submit record (``scontrol --local show job``: 1 RPC), when it is live; else
+# ``squeue --local -n NAMES -u USER`` (2 RPCs, whatever the number of names), which also lists ``lookup_also``
+# for a later task.
+
+LOOKUP_MAX_AGE = 60.0
+
+
+def live_jobs(ctx, result):
+    """The live jobs of name+user, newest first. Run under SubmitLock."""
+    shared = shared_lookup(ctx)
+    if shared is not None:
+        return shared
+    names = [ctx.name] + [n for n in ctx.params.get('lookup_also') or [] if n and n != ctx.name]
+    if len(names) == 1:
+        job = recorded_live(ctx)
+        if job is not None:
+            return [job]
+    records = dict((n, record_id(ctx, n)) for n in names)      # before the listing: see shared_lookup()
+    taken_at = time.time()
+    rows = ctx.cli.retry(ctx.cli.squeue, ctx.retry_timeout, name=','.join(names), user=ctx.user)
+    rows = [r for r in rows if r.get('name') in names and (not ctx.user or r.get('user') == ctx.user) and is_live(r)]
+    if len(names) > 1:
+        result['lookup'] = {'user': ctx.user, 'names': names, 'folder': lock_folder(ctx.params), 'taken_at': taken_at,
+                            'records': records, 'jobs': rows}
+    mine = [r for r in rows if r.get('name') == ctx.name]
+    return sorted(mine, key=lambda r: _id_key(r['job_id']), reverse=True)
+
+
+def record_id(ctx, name=None):
+    record = read_record(ctx, name)
+    return str(record['job_id']) if record and record.get('job_id') else None
+
+
+def recorded_live(ctx):
+    """The live job of the submit record (one ``scontrol --local show job``), or None: no record, or its job ended
+    (then the caller looks up by name, as a job submitted by hand or by an older module has no record)."""
+    job_id = record_id(ctx)
+    if not job_id:
+        return None
+    job = lookup(ctx, job_id)
+    if job is None or not is_live(job) or job.get('name') != ctx.name or (ctx.user and job.get('user') != ctx.user):
+        return None
+    return job
+
+
+def shared_lookup(ctx):
+    """The live jobs of name from ``lookup`` (an earlier task's listing), or None when it cannot stand for a lookup
+    now: another user, name or folder, older than LOOKUP_MAX_AGE, or the submit record of name changed since it was
+    read (a run, on this login node or another sharing the folder, submitted under the lock after the listing)."""
+    shared = ctx.params.get('lookup')
+    if not shared or not isinstance(shared, dict):
+        return None
+    try:
+        age = time.time() - float(shared.get('taken_at'))
+    except (TypeError, ValueError):
+        return None
+    records = shared.get('records') or {}
+    if (shared.get('user') != ctx.user or ctx.name not in (shared.get('names') or []) or not 0 <= age <= LOOKUP_MAX_AGE
+            or shared.get('folder') != lock_folder(ctx.params) or ctx.name not in records
+            or records.get(ctx.name) != record_id(ctx)):
+        return None
+    rows = [dict(r) for r in shared.get('jobs') or [] if isinstance(r, dict) and r.get('name') == ctx.name and is_live(r)]
+    return sorted(rows, key=lambda r: _id_key(r['job_id']), reverse=True)
 
 
 def keep_oldest(ctx, job, to_cancel, result):
@@ -662,7 +743,8 @@ def submit(ctx, to_cancel, result):
                 return live[0]
     result['cluster'] = cluster
     write_record(ctx, job_id, digest)
-    return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING'}
+    # work_dir: the output path follows from the script's --output without asking Slurm (local_output_path)
+    return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING', 'work_dir': os.path.abspath(chdir)}
 
 
 def absent(ctx):

@@ -4,9 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Readiness probe of an OpenAI-compatible server: ``GET http://NODE:PORT/v1/models`` with a bearer key.
 
-Uses only ``ansible.module_utils.urls`` (login nodes need no extra Python package). The key is read
-from a file on the host, goes only into the Authorization header, and never into a URL, a result,
-an exception message or a log.
+Plain HTTP with the standard library's ``http.client`` (login nodes need no extra Python package): no proxy,
+no redirect, no TLS, which is what a probe of a compute node's port wants, and it imports in a few
+milliseconds where ``ansible.module_utils.urls`` takes about 60 (a re-run pays it on every deploy). The key is
+read from a file on the host, goes only into the Authorization header, and never into a URL, a result, an
+exception message or a log.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,8 +18,7 @@ __metaclass__ = type
 import json
 import socket
 
-from ansible.module_utils.urls import open_url
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves import http_client
 
 READY = 'ready'
 STARTING = 'starting'
@@ -74,7 +75,8 @@ def parse_models(body, model):
 class ModelProbe:
     """Probe ``http://NODE:PORT/PATH`` until it lists ``model``.
 
-    ``opener`` defaults to ansible's ``open_url``; tests pass a fake one.
+    ``opener(host, port, path, headers, timeout)`` returns ``(status, body)``; it defaults to :func:`http_get`,
+    tests pass a fake one.
     """
 
     def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None):
@@ -84,29 +86,21 @@ class ModelProbe:
         self.model = model
         self.timeout = timeout
         self.key_file = key_file
-        self._open = opener or open_url
+        self._open = opener or http_get
 
     def endpoint(self, node):
         return 'http://%s:%d' % (node, self.port)
 
     def check(self, node):
-        url = self.endpoint(node) + self.path
         headers = {'Authorization': 'Bearer %s' % self._key, 'Accept': 'application/json'}
         try:
-            response = self._open(url, method='GET', headers=headers, timeout=self.timeout, use_proxy=False,
-                                  follow_redirects='none', validate_certs=False)
-            body = response.read()
-            code = response.getcode() if hasattr(response, 'getcode') else 200
-        except HTTPError as exc:
-            if exc.code in (401, 403):
-                return ProbeResult(UNAUTHORIZED, 'HTTP %d' % exc.code, answered=True)
-            return ProbeResult(STARTING, 'HTTP %d' % exc.code, answered=True)
-        except URLError as exc:
-            return ProbeResult(STARTING, 'no answer (%s)' % _reason(exc.reason))
+            code, body = self._open(node, self.port, self.path, headers, self.timeout)
         except (socket.timeout, socket.error, IOError, ValueError) as exc:
             return ProbeResult(STARTING, 'no answer (%s)' % _reason(exc))
         except Exception as exc:  # pylint: disable=broad-except  # http.client errors: RemoteDisconnected, BadStatusLine
             return ProbeResult(STARTING, 'no answer (%s)' % type(exc).__name__)
+        if code in (401, 403):
+            return ProbeResult(UNAUTHORIZED, 'HTTP %d' % code, answered=True)
         if code != 200:
             return ProbeResult(STARTING, 'HTTP %s' % code, answered=True)
         if isinstance(body, bytes):
@@ -120,6 +114,17 @@ class ModelProbe:
         if not ids:
             return ProbeResult(STARTING, 'HTTP 200 with no model yet', answered=True)
         return ProbeResult(WRONG_MODEL, 'serves %s, not %s' % (', '.join(ids), self.model), answered=True, models=ids)
+
+
+def http_get(host, port, path, headers, timeout):
+    """``GET path`` on ``host:port`` over plain HTTP: ``(status, body bytes)``. Raises socket and http.client errors."""
+    conn = http_client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request('GET', path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
 
 
 def _reason(exc):

@@ -20,10 +20,16 @@ description:
   - Cancels a job by id, or every live job of a name (O(state=absent)).
   - Frugal with slurmctld, which many users share. While waiting it asks Slurm with an exponential backoff and watches, in
     between, the job's output file and the server's port, which cost the controller nothing.
-  - Two runs on the same login node do not submit two jobs. Looking for a live job and submitting are done under an
-    exclusive lock (C(flock) on C(.slurm_job-USER-NAME.lock) in O(chdir), made 0600); after C(sbatch) the module lists the
-    live jobs of that name again and, if another one appeared (a run on another login node), keeps the oldest and cancels
-    its own.
+  - Two runs do not submit two jobs. Looking for a live job and submitting are done under an exclusive lock (C(flock) on
+    C(.slurm_job-USER-NAME.lock) in O(chdir), made 0600). O(chdir) is where the job's files are, so it is on the
+    filesystem that the login nodes and the compute nodes share, and there C(flock) holds across login nodes (NFS,
+    Lustre mounted with C(flock), GPFS, WekaFS). When the lock cannot be taken, or with O(duplicate_check=always), the
+    module lists the live jobs of that name again after C(sbatch) and, if another one appeared, keeps the oldest and
+    cancels its own.
+  - The lookup by name asks Slurm as little as it can. It uses, in this order, the listing of an earlier task
+    (O(lookup)) when no job of that name was submitted since; the live job of the submit record
+    (C(.slurm_job-USER-NAME.json), written after each C(sbatch)), one C(scontrol --local show job) (1 RPC); or
+    C(squeue --local -n NAME -u USER) (2 RPCs, as many names as O(lookup_also) adds, for the same cost).
   - Live means C(PENDING), C(CONFIGURING), C(RUNNING), C(SUSPENDED), C(STOPPED), C(RESIZING), C(SIGNALING) or a C(REQUEUE*)
     state. A job that is C(COMPLETING) is ending and does not count. A job C(PENDING) with reason C(DependencyNeverSatisfied)
     will never run, so O(state=present) cancels it and submits a new one.
@@ -152,6 +158,29 @@ options:
       job:
         description: Apply only when the failed job has this name (or id).
         type: str
+  duplicate_check:
+    description:
+      - V(auto) lists the live jobs of O(name) again after C(sbatch) only when the submit lock could not be taken.
+      - V(always) does it after every C(sbatch) (2 RPCs more), for login nodes that share O(chdir) over a filesystem
+        whose C(flock) is local to each node (NFS mounted with C(local_lock=flock) or C(local_lock=all), Lustre
+        mounted with C(localflock)).
+    type: str
+    choices: [auto, always]
+    default: auto
+  lookup_also:
+    description:
+      - More job names (same O(user)) to list in the same C(squeue) call as O(name), at no extra cost to the
+        controller. Their live jobs come back in RV(lookup), for a later task's O(lookup).
+    type: list
+    elements: str
+    default: []
+  lookup:
+    description:
+      - The RV(lookup) that an earlier C(slurm_job) task of the play returned. When it lists O(name) for O(user) in
+        the same O(chdir), is at most 60 seconds old, and no job of O(name) was submitted under the lock since (the
+        submit record is as it was), it stands for this task's lookup by name, so the task asks Slurm nothing before
+        C(sbatch). Otherwise it is ignored and the task looks up as usual.
+    type: dict
   job_id:
     description:
       - With O(state=absent), the job to cancel (instead of looking it up by name).
@@ -320,6 +349,32 @@ hints:
   returned: on failure, when a hint matched
   type: list
   elements: str
+lookup:
+  description:
+    - The live jobs of O(name) and O(lookup_also) that this task's C(squeue) listed, for a later task's O(lookup).
+  returned: when O(lookup_also) was given and the task listed the jobs with C(squeue)
+  type: dict
+  contains:
+    user:
+      description: The user whose jobs were listed.
+      type: str
+    names:
+      description: The job names listed.
+      type: list
+      elements: str
+    folder:
+      description: The O(chdir) of the task (where the submit records are).
+      type: str
+    taken_at:
+      description: When the listing was made (seconds since the epoch, on the host).
+      type: float
+    records:
+      description: The job id of each name's submit record when the listing was made (null without a record).
+      type: dict
+    jobs:
+      description: The live jobs listed, as C(squeue) rows.
+      type: list
+      elements: dict
 older_than:
   description: The O(recreate_if_older_than) file, when the live job was older than it and was replaced.
   returned: when the live job was replaced for that reason
@@ -430,6 +485,9 @@ def argument_spec():
             hint=dict(type='str', required=True),
             job=dict(type='str'),
         )),
+        duplicate_check=dict(type='str', default='auto', choices=['auto', 'always']),
+        lookup_also=dict(type='list', elements='str', default=[]),
+        lookup=dict(type='dict'),
         job_id=dict(type='str'),
         user=dict(type='str'),
         end_time=dict(type='str'),

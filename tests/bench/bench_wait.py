@@ -66,6 +66,57 @@ def rpc_counts():
     return counts
 
 
+# RPCs that a job makes from inside itself (srun creating its steps), not the waiter: the RPC log leaves them out
+# of the waiter's count. sdiag's per-user totals include them (the job runs as the same user).
+JOB_SIDE_RPCS = ('REQUEST_JOB_STEP_CREATE', 'REQUEST_HET_JOB_ALLOC_INFO', 'REQUEST_STEP_COMPLETE',
+                 'REQUEST_JOB_ALLOCATION_INFO', 'REQUEST_STEP_LAYOUT', 'REQUEST_JOB_STEP_INFO')
+
+
+class RpcLog:
+    """slurmctld's own record of each RPC, by type and user: ``SlurmctldDebug=debug2`` logs ``Processing RPC:
+    TYPE from UID=N`` for each one. Raised for the bench's window only and set back after."""
+
+    def __init__(self):
+        conf = sh(['scontrol', 'show', 'config']).stdout
+        found = re.search(r'^SlurmctldLogFile\s*=\s*(\S+)', conf, re.M)
+        level = re.search(r'^SlurmctldDebug\s*=\s*(\S+)', conf, re.M)
+        self.path = found.group(1) if found else None
+        self.level = level.group(1) if level else 'info'
+        self.offset = 0
+
+    def __enter__(self):
+        if self.path:
+            self.offset = os.path.getsize(self.path)
+            sh(['scontrol', 'setdebug', 'debug2'])
+        return self
+
+    def __exit__(self, *exc):
+        sh(['scontrol', 'setdebug', self.level])
+        return False
+
+    def by_user(self, users):
+        """{user: {rpc type: count}} since __enter__, for these user names."""
+        uids = dict((pwd.getpwnam(u).pw_uid, u) for u in users)
+        counts = dict((u, {}) for u in users)
+        if not self.path:
+            return counts
+        with open(self.path, 'rb') as handle:
+            handle.seek(self.offset)
+            text = handle.read().decode('utf-8', 'replace')
+        for match in re.finditer(r'Processing RPC: (\S+) from UID=(\d+)', text):
+            user = uids.get(int(match.group(2)))
+            if user:
+                counts[user][match.group(1)] = counts[user].get(match.group(1), 0) + 1
+        return counts
+
+
+def waiter_rpcs(types):
+    """(RPCs of the waiter, the breakdown 'TYPE xN, ...') from one user's counts, without the job's own."""
+    mine = dict((k, v) for k, v in types.items() if k not in JOB_SIDE_RPCS)
+    text = ', '.join('%s x%d' % (k.replace('REQUEST_', ''), v) for k, v in sorted(mine.items()))
+    return sum(mine.values()), text
+
+
 def worktree(rev):
     """A checkout of rev (its module is "before"), with the .collections link its ansible-playbook runs need."""
     path = os.path.join(tempfile.gettempdir(), 'glm-bench-before-%s' % rev.replace('/', '_'))
@@ -324,12 +375,19 @@ def long_chain(bench, download, loading, port=41000):
                 {'ansible.builtin.set_fact': {'polls': '{{ q.attempts + c.attempts + 1 }}'}},
             ]
         else:
+            # as deploy.yml does it: the preflight's sinfo, the download task listing both names (lookup_also),
+            # the server task taking that listing (lookup), then the wait with the probe
+            server = {'name': names[1], 'script': serve, 'chdir': path, 'wait': True, 'wait_timeout': 3 * (download + loading),
+                      'dependency': [{'type': 'afterok', 'job_ids': ['{{ dl.job_id }}']}],
+                      'probe': {'port': port + number, 'key_file': os.path.join(path, 'api-key'), 'model': 'glm-5.3-flash'}}
+            download_task = {'name': names[0], 'script': dl, 'chdir': path}
+            if kind == 'module':
+                download_task['lookup_also'] = [names[1]]
+                server['lookup'] = '{{ dl.lookup | default(omit) }}'
             plays[kind] = [
-                {'glm.serve.slurm_job': {'name': names[0], 'script': dl, 'chdir': path}, 'register': 'dl'},
-                {'glm.serve.slurm_job': {'name': names[1], 'script': serve, 'chdir': path, 'wait': True, 'wait_timeout': 3 * (download + loading),
-                                         'dependency': [{'type': 'afterok', 'job_ids': ['{{ dl.job_id }}']}],
-                                         'probe': {'port': port + number, 'key_file': os.path.join(path, 'api-key'), 'model': 'glm-5.3-flash'}},
-                 'register': 'srv', 'ignore_errors': True},
+                {'ansible.builtin.command': "sinfo --noheader --format='%R %G'", 'changed_when': False},
+                {'glm.serve.slurm_job': download_task, 'register': 'dl'},
+                {'glm.serve.slurm_job': server, 'register': 'srv', 'ignore_errors': True},
                 {'ansible.builtin.set_fact': {'polls': '{{ dl.polls + srv.polls }}'}},
             ]
     before = rpc_counts()
@@ -343,21 +401,24 @@ def long_chain(bench, download, loading, port=41000):
             print(exc)
             results[kind] = (None, time.time())
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    after = rpc_counts()
+    with RpcLog() as log:
+        threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = rpc_counts()
+        types = log.by_user(bench.users.values())
     rows = []
     for kind, user in bench.users.items():
         res, ended = results[kind]
         minutes = (ended - started) / 60.0
         rpcs = after.get(user, 0) - before.get(user, 0)
+        own, breakdown = waiter_rpcs(types[user])
         failed = res is None or any(r.get('failed') for r in res)
         polls = res[-1].get('ansible_facts', {}).get('polls') if res else None
         rows.append(('chain %d s + %d s' % (download, loading), {'module': 'this tree'}.get(kind, kind), round(ended - started, 1),
-                     rpcs if rpcs >= 0 else None, round(rpcs / minutes, 2) if rpcs >= 0 else None, polls, failed))
+                     rpcs if rpcs >= 0 else None, own, round(own / minutes, 2), polls, failed, breakdown if kind != 'naive' else '-'))
         sh(['runuser', '-u', user, '--', 'scancel', '-u', user])
     return rows
 
@@ -384,9 +445,10 @@ def login_playbook(playbook, extra, tree=REPO):
     return seconds, proc.stdout, proc.returncode
 
 
-def rerun(bench, count=3):
-    """A deploy that changes nothing (everything is up), against a one-task ping playbook over the same SSH;
-    RPCs of the login user per run. Rows for this tree, and for the --before tree if given."""
+def rerun(bench, count=5):
+    """A deploy that changes nothing (everything is up), against a one-task ping playbook over the same SSH, in
+    alternation (a re-run, a ping, ...: the machine's slow moments fall on both); RPCs of the login user per run,
+    and the ratio of the best times and of the medians. Rows for this tree, and for the --before tree if given."""
     fd, ping = tempfile.mkstemp(suffix='.yml')
     with os.fdopen(fd, 'w') as handle:
         json.dump([{'hosts': 'training', 'gather_facts': False, 'tasks': [{'ansible.builtin.ping': {}}]}], handle)
@@ -403,18 +465,25 @@ def rerun(bench, count=3):
             raise SystemExit('the first deploy failed (%s):\n%s' % (label, out[-3000:]))
         lines = len(out.splitlines())
         rows.append((label, 'deploy from nothing', round(seconds, 1), None, lines, _tasks(out)))
+        times = {'deploy': [], 'ping': []}
         for i in range(count):
             before = rpc_counts().get(LOGIN_USER, 0)
             seconds, out, rc = login_playbook(playbook, extra, tree)
             rpcs = rpc_counts().get(LOGIN_USER, 0) - before
             changed = [m.group(3) for m in RECAP.finditer(out)]
-            rows.append((label, 'deploy again #%d (changed=%s, rc %d)' % (i + 1, ','.join(changed), rc), round(seconds, 1),
+            times['deploy'].append(seconds)
+            rows.append((label, 'deploy again #%d (changed=%s, rc %d)' % (i + 1, ','.join(changed), rc), round(seconds, 2),
                          rpcs, len(out.splitlines()), _tasks(out)))
-        for i in range(count):
             before = rpc_counts().get(LOGIN_USER, 0)
             seconds, out, rc = login_playbook(ping, {}, tree)
-            rows.append((label, 'ping playbook #%d' % (i + 1), round(seconds, 1), rpc_counts().get(LOGIN_USER, 0) - before,
+            times['ping'].append(seconds)
+            rows.append((label, 'ping playbook #%d' % (i + 1), round(seconds, 2), rpc_counts().get(LOGIN_USER, 0) - before,
                          len(out.splitlines()), _tasks(out)))
+        best = min(times['deploy']) / min(times['ping'])
+        middle = statistics.median(times['deploy']) / statistics.median(times['ping'])
+        rows.append((label, '**re-run / ping**: best %.2f / %.2f s, median %.2f / %.2f s' % (
+            min(times['deploy']), min(times['ping']), statistics.median(times['deploy']), statistics.median(times['ping'])),
+            '**%.2f x** best, %.2f x median' % (best, middle), None, None, None))
         teardown = os.path.join(tree, 'playbooks', 'teardown.yml')
         seconds, out, rc = login_playbook(teardown, dict(extra, glm_teardown_download=True), tree)
         rows.append((label, 'teardown', round(seconds, 1), None, len(out.splitlines()), _tasks(out)))
@@ -465,10 +534,12 @@ def main():
         if opts.only in (None, 'chain'):
             download, loading = [int(x) for x in opts.chain.split(',')]
             print('\n## A deploy\'s long wait, all in for the waiter (submit both jobs, wait until /v1/models answers)')
-            print('| chain | waiter | seconds | RPCs | RPCs/min | squeue/scontrol calls | failed |')
-            print('|---|---|---|---|---|---|---|')
+            print('| chain | waiter | seconds | RPCs of the user (sdiag) | RPCs of the waiter (log) | waiter RPCs/min '
+                  '| squeue/scontrol calls | failed | by type |')
+            print('|---|---|---|---|---|---|---|---|---|')
             for row in long_chain(bench, download, loading):
-                print('| %s | %s | %s | %s | %s | %s | %s |' % row)
+                print('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % row)
+            print('(the user\'s RPCs include those its jobs make themselves: srun creating steps, %s)' % ', '.join(JOB_SIDE_RPCS))
         if opts.only in (None, 'rerun'):
             print('\n## Deploy again with everything up, against a ping playbook (login user %s over SSH)' % LOGIN_USER)
             print('| tree | run | seconds | RPCs of %s | output lines | tasks |' % LOGIN_USER)

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
 import json
 import os
 
@@ -140,18 +141,21 @@ def test_submit_exact_argv_with_dependency_umask_and_chdir(run):
     assert result['job_id'] == '4124' and result['state'] == 'PENDING' and result['reason'] == 'Dependency'
     assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'
     assert result['slurm_version'] == '22.05.8'
-    assert result['polls'] == 3  # the lookup by name, the check for a concurrent duplicate, scontrol show job
+    # the lookup by name and scontrol show job (the script sets no --output): no duplicate check, the lock was held
+    assert result['polls'] == 2
 
 
 def test_submit_kill_on_invalid_dep_no_and_federated_id(run):
     slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='77;west\n').on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '77'], out=scontrol('77', 'PENDING'))
+    work = os.path.join(run.dir, 'work')
+    os.mkdir(work)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'kill_on_invalid_dep': False, 'umask': '0027',
-                                 'chdir': '/tmp', 'dependency': [{'type': 'afterany', 'job_ids': ['5;west', '6']}]}, slurm)
+                                 'chdir': work, 'dependency': [{'type': 'afterany', 'job_ids': ['5;west', '6']}]}, slurm)
     assert ok, result
     (sbatch, kwargs), = [(a, k) for a, k in slurm.calls if a[0] == '/usr/bin/sbatch']
     assert sbatch[2:5] == ['--job-name=glm-serve', '--dependency=afterany:5:6', '--kill-on-invalid-dep=no']
-    assert kwargs['cwd'] == '/tmp' and kwargs['umask'] == 0o027
+    assert kwargs['cwd'] == work and kwargs['umask'] == 0o027
     assert result['cluster'] == 'west' and result['job_id'] == '77'
 
 
@@ -296,7 +300,7 @@ def test_transient_lookup_error_is_retried(run, monkeypatch):
         return slurm(argv, **kwargs)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '5'
-    assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 3  # retried lookup, then the duplicate check
+    assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2  # the lookup, retried (the lock held: no duplicate check)
 
 
 def test_info_by_name(run):
@@ -461,7 +465,7 @@ def test_duplicate_from_a_concurrent_run_keeps_the_oldest_and_cancels_ours(run):
             slurm.calls.append((list(argv), kwargs))
             return answers.pop(0)
         return slurm(argv, **kwargs)
-    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'duplicate_check': 'always'}, call)
     assert ok and result['job_id'] == '4129' and result['cancelled'] == ['4130'] and result['submitted'] is False
     assert slurm.argvs('scancel') == [['/usr/bin/scancel', '4130']]
     assert os.path.exists(os.path.join(run.dir, '.slurm_job-glmuser-glm-serve.lock'))
@@ -476,8 +480,32 @@ def test_duplicate_check_keeps_ours_when_it_is_the_oldest(run):
         if argv[:2] == ['/usr/bin/squeue', '--local']:
             return answers.pop(0)
         return slurm(argv, **kwargs)
-    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'duplicate_check': 'always'}, call)
     assert ok and result['job_id'] == '4130' and result['cancelled'] == [] and slurm.argvs('scancel') == []
+    assert not answers                                                  # both listings were made
+
+
+@pytest.mark.parametrize('lock_works', [True, False])
+def test_duplicate_check_by_default_only_when_the_lock_could_not_be_taken(run, monkeypatch, lock_works):
+    warnings = []
+    if not lock_works:
+        def no_flock(fd, op):
+            raise IOError(errno.ENOLCK, 'No locks available')
+        monkeypatch.setattr(ja.fcntl, 'flock', no_flock)
+        monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    answers = [(0, '', ''), (0, squeue_row('4130', 'PENDING'), '')]
+    slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4130'], out=scontrol('4130', 'PENDING'))
+
+    def call(argv, **kwargs):
+        if argv[:2] == ['/usr/bin/squeue', '--local']:
+            slurm.calls.append((list(argv), kwargs))
+            return answers.pop(0)
+        return slurm(argv, **kwargs)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
+    assert ok and result['job_id'] == '4130'
+    assert len(slurm.argvs('squeue')) == (2 if lock_works else 3)    # --version, the lookup (and the check)
+    assert bool(warnings) is not lock_works and (lock_works or 'No locks available' in warnings[0])
 
 
 @pytest.mark.parametrize('stored, replaced', [('#!/bin/bash\necho hi\n', False), ('#!/bin/bash\necho old\n', True)])
@@ -519,19 +547,26 @@ def test_submit_writes_a_record_and_a_rerun_asks_slurm_nothing_but_the_lookup(ru
     record = tmp_path / '.slurm_job-glmuser-glm-serve.json'
     assert json.loads(record.read_text()) == {'job_id': '4124', 'sha256': ja.script_digest(str(script))}
     assert oct(os.stat(str(record)).st_mode & 0o777) == '0o600'
-    # the job runs now; the same script again: one squeue, no scontrol (neither show job nor write batch_script)
-    again = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    # the job runs now; the same script again: its record's job asked alone (1 RPC), no squeue, no batch_script
+    again = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, again)
     assert ok and result['changed'] is False and result['job_id'] == '4124'
-    assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'   # the script's --output, in the job's work dir
-    assert [a[0] for a in again.argvs()] == ['/usr/bin/squeue', '/usr/bin/squeue']   # --version, then the lookup
+    assert result['output_path'] == '/home/glmuser/glm/glm-serve-4124.out'
+    assert [a[:2] for a in again.argvs()] == [['/usr/bin/squeue', '--version'], ['/usr/bin/scontrol', '--local']]
     # the script changed since: replaced, still without asking Slurm for the stored script
     script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho changed\n')
-    changed = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(['/usr/bin/scancel']).on(
-        ['/usr/bin/sbatch'], out='4125\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING'))
+    changed = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scancel']).on(['/usr/bin/sbatch'], out='4125\n')
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, changed)
     assert ok and result['job_id'] == '4125' and result['cancelled'] == ['4124']
     assert not [a for a in changed.argvs('scontrol') if 'batch_script' in a]
+    assert result['output_path'] == os.path.join(str(tmp_path), 'glm-serve-4125.out')   # from --output, no scontrol for 4125
+    assert changed.argvs('squeue')[1:] == []
+    # its job ended (purged): the record's job is asked, then the name is looked up as without a record
+    ended = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], rc=1,
+                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(['/usr/bin/sbatch'], out='4126\n')
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script)}, ended)
+    assert ok and result['job_id'] == '4126' and len(ended.argvs('squeue')) == 2
 
 
 def test_a_record_of_another_job_is_not_trusted(run, tmp_path):
@@ -540,6 +575,7 @@ def test_a_record_of_another_job_is_not_trusted(run, tmp_path):
     (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(
         u'{"job_id": "4000", "sha256": "%s"}' % ja.script_digest(str(script)))
     slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4000'], out=scontrol('4000', 'COMPLETED')).on(
         ['/usr/bin/scontrol', 'write', 'batch_script', '4124', '-'], out=script.read_text()).on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'recreate_on_change': True}, slurm)
@@ -563,13 +599,13 @@ def test_script_content_is_written_once_and_predicts_the_restart_in_check_mode(r
     ok, result = run(slurm_job, params, first)
     assert ok and result['script_written'] and result['submitted'] and script.read_text() == text
     assert oct(os.stat(str(script)).st_mode & 0o777) == '0o600'
-    # the same text again: nothing written, nothing submitted, one lookup
-    again = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    # the same text again: nothing written, nothing submitted, one lookup (of the record's job)
+    again = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
     ok, result = run(slurm_job, params, again)
     assert ok and result['changed'] is False and 'script_written' not in result
     # another text in check mode: the file stays, the restart is predicted from the record, nothing runs
     mtime = os.stat(str(script)).st_mtime
-    check = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1'))
+    check = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
     ok, result = run(slurm_job, dict(params, script_content=text.replace('one', 'two')), check, check_mode=True)
     assert ok and result['changed'] and result['script_written'] and result['script_changed'] and result['submitted']
     assert result['cancelled'] == ['4124'] and script.read_text() == text and os.stat(str(script)).st_mtime == mtime
@@ -581,3 +617,63 @@ def test_script_content_into_a_missing_folder_fails_before_anything_runs(run, tm
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(tmp_path / 'no' / 's.sbatch'), 'script_content': 'x'}, slurm)
     assert not ok and 'does not exist on the host' in result['msg'] and str(tmp_path / 'no') in result['msg']
     assert slurm.argvs('sbatch') == [] and slurm.argvs('squeue')[1:] == []
+
+
+# -- one listing for two names: the download task's lookup serves the server task --------------------------------
+
+LOOKUP_BOTH = ['/usr/bin/squeue', '--local', '-h', '-n', 'glm-download,glm-serve', '-u', 'glmuser', '-o', FMT]
+
+
+def shared_listing(run, serve_row=''):
+    """The download task with lookup_also: one squeue for both names, a download submitted; returns its lookup."""
+    slurm = Slurm().on(LOOKUP_BOTH, out=serve_row).on(['/usr/bin/sbatch'], out='4124\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', name='glm-download'))
+    ok, result = run(slurm_job, {'name': 'glm-download', 'script': run.script, 'lookup_also': ['glm-serve']}, slurm)
+    assert ok and result['job_id'] == '4124' and [a for a in slurm.argvs('squeue') if '-n' in a] == [LOOKUP_BOTH]
+    return result['lookup']
+
+
+def test_one_listing_serves_the_next_task_which_asks_slurm_nothing_before_sbatch(run):
+    lookup = shared_listing(run)
+    assert lookup['names'] == ['glm-download', 'glm-serve'] and lookup['jobs'] == [] and lookup['user'] == 'glmuser'
+    assert lookup['records'] == {'glm-download': None, 'glm-serve': None} and lookup['folder'] == run.dir
+    slurm = Slurm().on(['/usr/bin/sbatch'], out='4125\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'PENDING', reason='Dependency'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'lookup': lookup,
+                                 'dependency': [{'type': 'afterok', 'job_ids': ['4124']}]}, slurm)
+    assert ok and result['submitted'] and result['job_id'] == '4125'
+    assert slurm.argvs('squeue')[1:] == []                   # no lookup: the listing stood for it
+
+
+def test_a_live_job_in_the_listing_is_adopted(run):
+    lookup = shared_listing(run, squeue_row('4100', 'RUNNING', nodes='node1'))
+    assert [j['job_id'] for j in lookup['jobs']] == ['4100']
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4100'], out=scontrol('4100', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'lookup': lookup}, slurm)
+    assert ok and not result['changed'] and result['job_id'] == '4100' and slurm.argvs('sbatch') == []
+    assert slurm.argvs('squeue')[1:] == []
+
+
+@pytest.mark.parametrize('spoil', ['a submit since', 'too old', 'another user', 'another folder', 'not listed'])
+def test_a_listing_that_may_be_stale_is_not_used(run, tmp_path, spoil):
+    lookup = shared_listing(run)
+    params = {'name': 'glm-serve', 'script': run.script, 'lookup': lookup}
+    if spoil == 'a submit since':       # a run (on any login node sharing the folder) submitted under the lock since
+        (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4130", "sha256": "x"}')
+    elif spoil == 'too old':
+        params['lookup'] = dict(lookup, taken_at=lookup['taken_at'] - 61)
+    elif spoil == 'another user':
+        params['lookup'] = dict(lookup, user='someone')
+    elif spoil == 'another folder':
+        params['lookup'] = dict(lookup, folder='/elsewhere')
+    else:
+        params['lookup'] = dict(lookup, names=['glm-download'])
+    # job 4130 (submitted since the listing, which has no glm-serve) is live: found, not submitted again
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4130', 'PENDING')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4130'], out=scontrol('4130', 'PENDING'))
+    ok, result = run(slurm_job, params, slurm)
+    assert ok and result['job_id'] == '4130' and slurm.argvs('sbatch') == []
+    if spoil == 'a submit since':                               # by its record (scontrol show job 4130)
+        assert slurm.argvs('squeue')[1:] == [] and slurm.argvs('scontrol')
+    else:                                                       # by name, as without a listing
+        assert LOOKUP in slurm.argvs('squeue')

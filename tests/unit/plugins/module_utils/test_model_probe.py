@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The probe against a real HTTP server on localhost (the standard library's), answering as SGLang does."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import socket
+import threading
+
+import pytest
+
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+
+http_server = pytest.importorskip('http.server')
+
+KEY = 'k' * 48
+ANSWERS = {
+    '/v1/models': (200, json.dumps({'object': 'list', 'data': [{'id': 'glm-5.3-flash', 'object': 'model',
+                                                                'max_model_len': 202752}]})),
+    '/empty/v1/models': (200, json.dumps({'object': 'list', 'data': []})),
+    '/other/v1/models': (200, json.dumps({'object': 'list', 'data': [{'id': 'qwen'}]})),
+    '/html/v1/models': (200, '<html>loading</html>'),
+    '/busy/v1/models': (503, 'busy'),
+}
+
+
+class Handler(http_server.BaseHTTPRequestHandler):
+    seen = []
+
+    def do_GET(self):  # noqa: N802 (the standard library's name)
+        Handler.seen.append((self.path, self.headers.get('Authorization')))
+        if self.headers.get('Authorization') != 'Bearer %s' % KEY:
+            code, body = 401, json.dumps({'error': 'Unauthorized'})
+        else:
+            code, body = ANSWERS.get(self.path, (404, 'not found'))
+        data = body.encode()
+        self.send_response(code)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope='module')
+def server():
+    httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever)
+    thread.daemon = True
+    thread.start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def probe(port, path='/v1/models', key=KEY):
+    return mp.ModelProbe(port, path, key, 'glm-5.3-flash', timeout=3)
+
+
+def test_ready_with_the_model_and_its_context_length(server):
+    result = probe(server).check('127.0.0.1')
+    assert result.status == mp.READY and result.answered
+    assert result.models == ['glm-5.3-flash'] and result.max_model_len == 202752
+    assert Handler.seen[-1] == ('/v1/models', 'Bearer ' + KEY)          # the key only in the header
+
+
+@pytest.mark.parametrize('path, key, status, detail', [
+    ('/v1/models', 'wrong', mp.UNAUTHORIZED, 'HTTP 401'),
+    ('/empty/v1/models', KEY, mp.STARTING, 'HTTP 200 with no model yet'),
+    ('/other/v1/models', KEY, mp.WRONG_MODEL, 'serves qwen, not glm-5.3-flash'),
+    ('/html/v1/models', KEY, mp.STARTING, 'HTTP 200 without a model list'),
+    ('/busy/v1/models', KEY, mp.STARTING, 'HTTP 503'),
+])
+def test_each_answer_of_a_server_that_is_not_ready(server, path, key, status, detail):
+    result = probe(server, path, key).check('127.0.0.1')
+    assert (result.status, result.detail, result.answered) == (status, detail, True)
+    assert KEY not in result.detail and KEY not in repr(result)
+
+
+def test_a_closed_port_is_no_answer():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()                                                          # nothing listens there now
+    result = probe(port).check('127.0.0.1')
+    assert result.status == mp.STARTING and not result.answered and 'refused' in result.detail.lower()
+
+
+def test_a_server_that_never_answers_times_out():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    sock.listen(1)                                                        # accepts, never answers
+    try:
+        result = mp.ModelProbe(sock.getsockname()[1], 'v1/models', KEY, 'glm-5.3-flash', timeout=0.5).check('127.0.0.1')
+    finally:
+        sock.close()
+    assert result.status == mp.STARTING and not result.answered and 'timed out' in result.detail
