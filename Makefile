@@ -67,11 +67,11 @@ sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for ch
 	tests/sglang_cli/setup.sh
 
 pytest: setup cluster sglang-cli ## pytest: stand-ins, and integration on the local cluster
-	pytest -p no:cacheprovider tests/standins tests/integration
+	pytest -p no:cacheprovider tests/standins tests/integration < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output
-	molecule test --all 2>&1 | tee tests/output/molecule.log
+	molecule test --all < /dev/null 2>&1 | tee tests/output/molecule.log
 
 bench: setup cluster ## controller load, detection latency, a deploy's long chain, a re-run against ping (figures; BENCH_BEFORE=REV side by side)
 	python tests/bench/bench_wait.py $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))

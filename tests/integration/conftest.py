@@ -99,7 +99,7 @@ SPY = (
 
 
 def as_login(argv, **kwargs):
-    return subprocess.run(['runuser', '-u', LOGIN_USER, '--'] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return subprocess.run(['runuser', '-u', LOGIN_USER, '--'] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                           universal_newlines=True, check=False, **kwargs)
 
 
@@ -154,7 +154,7 @@ class Work:
         argv = [os.path.join(BIN, 'ansible-playbook'), '-i', self.inventory, path] + (['--check'] if check else [])
         try:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                  env=env, timeout=timeout, cwd=REPO, check=False)
+                                  env=env, timeout=timeout, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
         finally:
             os.unlink(path)
         try:

@@ -87,7 +87,7 @@ def chown_login(path):
 
 def ssh(command, check=True, timeout=60):
     """Run a shell command as the login user over real SSH; returns stdout."""
-    proc = subprocess.run(SSH + [command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.run(SSH + [command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                           universal_newlines=True, check=False, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError('ssh %r: rc %d\n%s%s' % (command, proc.returncode, proc.stdout, proc.stderr))
@@ -148,7 +148,7 @@ def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, 
         argv.append('-' + 'v' * verbosity)
     argv.extend(options)
     return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          env=environ, cwd=REPO, timeout=timeout, check=False)
+                          env=environ, cwd=REPO, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
 
 
 TASK_HEADER = re.compile(r'^TASK \[(?:[^\]]* : )?(.*?)\] \*+$', re.M)

@@ -96,7 +96,8 @@ class Case:
                    ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_CALLBACK_RESULT_FORMAT='json',
                    ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.collections'), PYTHONUNBUFFERED='1')
         return subprocess.Popen([os.path.join(BIN, 'ansible-playbook'), 'playbooks/deploy.yml', '-e', '@' + path],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, cwd=REPO)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, cwd=REPO,
+                                stdin=subprocess.DEVNULL)
 
     def mine(self, name):
         return name in (self.download, self.serve) or name in self.extra_names

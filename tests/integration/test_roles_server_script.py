@@ -72,7 +72,7 @@ def render(tmp_path: Path, name: str, extra_vars: dict) -> subprocess.CompletedP
         [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
          "-e", "ansible_python_interpreter=" + sys.executable,
          "-e", json.dumps(extra), str(playbook)],
-        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import random
 import subprocess
 import time
@@ -208,3 +209,30 @@ def test_probe_against_the_sglang_standin_and_the_401_path(work):
     assert 'another key than %s/other-key' % work.dir in unauthorized['msg']
     assert key not in proc.stdout and key not in proc.stderr          # the key never leaves the host
     assert 'not-the-key' not in proc.stdout
+
+
+def test_a_duplicate_from_a_lock_that_did_not_hold_is_cancelled_and_the_oldest_adopted(work):
+    """What a run on another login node does when the lock is not shared there: it missed the live job (here: a
+    listing made before it, given as ``lookup``, in another folder, so with another lock and no submit record),
+    submits a second one, and ``duplicate_check: always`` sees both after sbatch, cancels its own, adopts the oldest."""
+    name = work.name('dup')
+    script = work.script('hold.sbatch', GATED % (work.gate('never'), 600))
+    other = os.path.join(work.dir, 'other-login-node')
+    os.mkdir(other)
+    os.chown(other, work.uid, work.gid)
+    (first,), unused_proc = work.play([job(name=name, script=script, chdir=work.dir)])
+    assert first['submitted'] and first['job_id'], first
+    stale = {'user': 'glmuser', 'names': [name], 'folder': other, 'taken_at': time.time(), 'records': {name: None}, 'jobs': []}
+    (second, shared), unused_proc = work.play([
+        job(name=name, script=script, chdir=other, lookup=stale, duplicate_check='always'),
+        # the listing shared the usual way: a second name looked up in the same squeue, passed to the next task
+        job(name=work.name('first'), script=script, chdir=other, lookup_also=[name], recreate=False),
+    ])
+    assert second['job_id'] == first['job_id'] and second['submitted'] is False, second
+    assert len(second['cancelled']) == 1 and second['cancelled'][0] != first['job_id'], second
+    assert any('submitted by another run at the same time' in w for w in second.get('warnings', [])), second
+    assert [job_id for job_id, _state in work.squeue(name)] == [first['job_id']]           # one job of that name
+    listed = shared['lookup']
+    assert listed['names'] == [shared['name'], name] and [j['job_id'] for j in listed['jobs']] == [first['job_id']], listed
+    (adopted,), unused_proc = work.play([job(name=name, script=script, chdir=other, lookup=listed)])
+    assert adopted['job_id'] == first['job_id'] and not adopted['changed'], adopted    # from the listing, no squeue
