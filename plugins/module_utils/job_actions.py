@@ -548,8 +548,13 @@ def present(ctx):
             fill_job(result, job)
             result['chain'] = chain_entries([job])
         if waits and result['job_id']:
+            known = job
+            if result['submitted'] and _dependency_ids(params) and not job.get('reason'):
+                # just submitted after other jobs: PENDING (Dependency) until Slurm says otherwise, so the first
+                # round asks the parents only (the job's own file, or the next round, tells when it starts)
+                known = dict(job, reason=sp.DEPENDENCY)
             target = Target(result['job_id'], success=params.get('wait_condition') or ['RUNNING'],
-                            parents=_dependency_ids(params), probe=probe, known=job)
+                            parents=_dependency_ids(params), probe=probe, known=known)
             job = run_wait(ctx, result, target, secrets=secrets, hints=hints)['job']
         if job is not None and job.get('job_id') and params.get('end_time'):
             apply_end_time(ctx, job, result)

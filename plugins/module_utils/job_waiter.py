@@ -269,7 +269,7 @@ class JobWaiter:
         While the signals cover the wait (the parents' outputs grow), ask for the job alone."""
         parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
         job = self.jobs.get(target.job_id) or {}
-        alone = parents and job.get('state') == 'PENDING' and job.get('reason') == 'Dependency' \
+        alone = parents and job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY \
             and target.skipped < 2 and not target.parent_changed and not target.own_signal
         target.skipped = target.skipped + 1 if alone else 0
         target.parent_changed = target.own_signal = False
@@ -376,7 +376,7 @@ class JobWaiter:
                     return False
                 continue
             parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
-            if not (job.get('state') == 'PENDING' and job.get('reason') == 'Dependency' and parents and
+            if not (job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY and parents and
                     all(self._state(p) == 'RUNNING' and self.outputs.alive(p, now) for p in parents)):
                 return False
         return True
@@ -517,7 +517,7 @@ class JobWaiter:
                          'free; `sinfo -p %s` shows the nodes, `squeue -p %s` who uses them. The job stays queued and '
                          'starts when a node frees (wait again to adopt it); cancel it with `scancel %s` if you do not '
                          'want it' % (job.get('reason'), partition, partition, partition, target.job_id))
-        elif state == 'PENDING' and job.get('reason') == 'Dependency':
+        elif state == 'PENDING' and job.get('reason') == sp.DEPENDENCY:
             running = [describe(p) for p in self.chain(target)[:-1] if p.get('state') not in sp.TERMINAL_STATES]
             if running:
                 notes.append('It waits for its dependency: %s' % '; '.join(running))

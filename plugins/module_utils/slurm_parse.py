@@ -53,6 +53,8 @@ RESOURCE_REASONS = frozenset([
 ])
 
 NEVER_SATISFIED = 'DependencyNeverSatisfied'
+# The reason of a job waiting for the jobs it depends on.
+DEPENDENCY = 'Dependency'
 
 # ---------------------------------------------------------------------------------------------
 # squeue -h -o FORMAT

@@ -677,3 +677,19 @@ def test_a_listing_that_may_be_stale_is_not_used(run, tmp_path, spoil):
         assert slurm.argvs('squeue')[1:] == [] and slurm.argvs('scontrol')
     else:                                                       # by name, as without a listing
         assert LOOKUP in slurm.argvs('squeue')
+
+
+def test_a_job_just_submitted_after_another_is_not_asked_again_before_its_parent(run, tmp_path):
+    """sbatch --dependency: the job is PENDING (Dependency) until Slurm says otherwise, so the first round of the
+    wait asks the parent alone; the job is asked when its parent has ended."""
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'COMPLETED', name='glm-download', nodes='node2')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=scontrol('4125', 'RUNNING', nodes='node1'))
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 30,
+                                 'dependency': [{'type': 'afterok', 'job_ids': ['4124']}]}, slurm)
+    assert ok and result['state'] == 'RUNNING', result
+    asked = [a[4] for a in slurm.argvs('scontrol')]
+    assert asked[0] == '4124' and '4125' in asked, asked          # the parent first, then the job
+    assert result['reason'] == 'None'                             # what Slurm said, not the assumption
