@@ -405,6 +405,128 @@ def probe_options():
     )
 
 
+def bad_nodes_options():
+    """The sub-options of slurm_job's ``bad_nodes``."""
+    return dict(
+        file=dict(type='path', required=True),
+        pattern=dict(type='str', required=True),
+        ttl=dict(type='int', default=86400),
+        retries=dict(type='int', default=2),
+        nodes=dict(type='list', elements='str', default=[]),
+    )
+
+
+# -- nodes to avoid: a job that failed for a reason of its node (a GPU check) is submitted again without it ----
+
+
+def read_bad_nodes(path, ttl, now=None):
+    """{node: {'cause', 'since', 'job_id'}} of the list at path, without the entries older than ttl seconds."""
+    now = time.time() if now is None else now
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError, TypeError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    fresh = {}
+    for node, entry in data.items():
+        if isinstance(entry, dict) and isinstance(entry.get('since'), (int, float)) and now - entry['since'] < ttl:
+            fresh[str(node)] = entry
+    return fresh
+
+
+def write_bad_nodes(ctx, path, entries):
+    try:
+        fd, temp = tempfile.mkstemp(prefix='.bad-nodes-', dir=os.path.dirname(path) or '.')
+        with os.fdopen(fd, 'w') as handle:
+            json.dump(entries, handle, indent=1, sort_keys=True)
+        os.rename(temp, path)
+    except (IOError, OSError) as exc:
+        ctx.warn('cannot write the bad-node list %s (%s): the next run may try the node again' % (path, exc))
+
+
+def _sbatch_excludes(args):
+    """(sbatch_args without --exclude/-x, the nodes they excluded)."""
+    rest, nodes, args = [], [], list(args or [])
+    while args:
+        arg = args.pop(0)
+        if arg.startswith('--exclude='):
+            nodes += arg.split('=', 1)[1].split(',')
+        elif arg in ('--exclude', '-x') and args:
+            nodes += args.pop(0).split(',')
+        elif arg.startswith('-x') and len(arg) > 2:
+            nodes += arg[2:].split(',')
+        else:
+            rest.append(arg)
+    return rest, [n for n in nodes if n]
+
+
+def sbatch_args_avoiding(ctx, result):
+    """sbatch_args with the nodes of the bad-node list (and the user's own --exclude) in one --exclude. Raises
+    ActionError, before anything is submitted, when that would exclude every node of ``bad_nodes.nodes``."""
+    args = list(ctx.params.get('sbatch_args') or [])
+    spec = ctx.params.get('bad_nodes')
+    if not spec:
+        return args
+    bad = read_bad_nodes(spec['file'], spec['ttl'])
+    if not bad:
+        return args
+    rest, own = _sbatch_excludes(args)
+    excluded = sorted(set(own) | set(bad))
+    result['excluded_nodes'] = sorted(bad)
+    usable = [n for n in spec.get('nodes') or [] if n not in excluded]
+    if spec.get('nodes') and not usable:
+        raise ActionError(
+            'every node the job can run on (%s) is on the bad-node list %s: %s. Nothing was submitted. Check the nodes '
+            '(or ask the cluster\'s administrators to), then remove the file to try them again; entries expire %s after '
+            'they were added' % (', '.join(spec['nodes']), spec['file'], '; '.join(
+                '%s: %s' % (n, bad[n].get('cause')) for n in sorted(bad)), _duration(spec['ttl'])))
+    return rest + ['--exclude=%s' % ','.join(excluded)]
+
+
+def _duration(seconds):
+    return '%d h' % (seconds // 3600) if seconds % 3600 == 0 else '%d s' % seconds
+
+
+def bad_node_of(ctx, exc, job_id):
+    """(node, cause) when the job ``job_id`` itself failed and its log tail matches ``bad_nodes.pattern``."""
+    spec = ctx.params.get('bad_nodes')
+    failed = exc.failed_job or {}
+    if not spec or exc.timed_out or str(failed.get('job_id')) != str(job_id):
+        return None, None
+    match = re.search(spec['pattern'], '\n'.join(exc.log_tail or []), re.MULTILINE)
+    if not match:
+        return None, None
+    groups = match.groupdict()
+    node = groups.get('node') or (failed.get('nodes') or '').split(',')[0]
+    if not node or node in ('(null)', 'None'):
+        return None, None
+    return node, (groups.get('cause') or match.group(0)).strip()
+
+
+def avoid_and_retry(ctx, result, exc, job_id, attempt):
+    """After the job failed for a reason of its node: put the node on the list; True when another attempt should
+    be submitted (retries left and a node left), else the failure gets a note saying what was done."""
+    spec = ctx.params['bad_nodes']
+    node, cause = bad_node_of(ctx, exc, job_id)
+    if node is None:
+        return False
+    entries = read_bad_nodes(spec['file'], spec['ttl'])
+    entries[node] = {'cause': cause, 'since': int(time.time()), 'job_id': str(job_id)}
+    write_bad_nodes(ctx, spec['file'], entries)
+    result.setdefault('bad_nodes', []).append({'node': node, 'cause': cause, 'job_id': str(job_id)})
+    left = [n for n in spec.get('nodes') or [] if n not in entries]
+    if attempt < spec['retries'] and (left or not spec.get('nodes')):
+        ctx.warn('job %s failed on node %s (%s): submitting it again without that node (on the bad-node list %s for %s)' % (
+            job_id, node, cause, spec['file'], _duration(spec['ttl'])))
+        return True
+    why = 'no other node is left' if spec.get('nodes') and not left else 'after %d attempts' % (attempt + 1)
+    exc.notes.append('Node %s failed the job (%s) and is on the bad-node list %s for %s; not submitted again: %s' % (
+        node, cause, spec['file'], _duration(spec['ttl']), why))
+    return False
+
+
 def make_probe(probe):
     """A ModelProbe for the module's ``probe`` option (None without it), and the key (a secret to redact)."""
     if not probe:
@@ -553,9 +675,24 @@ def present(ctx):
                 # just submitted after other jobs: PENDING (Dependency) until Slurm says otherwise, so the first
                 # round asks the parents only (the job's own file, or the next round, tells when it starts)
                 known = dict(job, reason=sp.DEPENDENCY)
-            target = Target(result['job_id'], success=params.get('wait_condition') or ['RUNNING'],
-                            parents=_dependency_ids(params), probe=probe, known=known)
-            job = run_wait(ctx, result, target, secrets=secrets, hints=hints)['job']
+            attempt = 0
+            while True:
+                target = Target(result['job_id'], success=params.get('wait_condition') or ['RUNNING'],
+                                parents=_dependency_ids(params), probe=probe, known=known)
+                try:
+                    job = run_wait(ctx, result, target, secrets=secrets, hints=hints)['job']
+                    break
+                except WaitFailed as exc:
+                    if not params.get('bad_nodes') or not avoid_and_retry(ctx, result, exc, result['job_id'], attempt):
+                        raise
+                attempt += 1
+                result.pop('hints', None)
+                result.pop('log_tail', None)
+                job = known = adopt_or_submit(ctx, result)
+                result['job_id'] = job['job_id']
+                if not job.get('output_path'):
+                    job = known = details(ctx, job)
+                fill_job(result, job)
         if job is not None and job.get('job_id') and params.get('end_time'):
             apply_end_time(ctx, job, result)
     except Exception as exc:
@@ -716,7 +853,8 @@ def submit(ctx, to_cancel, result):
                 ctx.warn('the %s %s does not exist (yet): in a real run the task would fail unless it is created first' % (kind, path))
             else:
                 raise ActionError('the %s %s does not exist on the host' % (kind, path))
-    argv = cli.sbatch_argv(script, ctx.name, params.get('dependency'), params.get('kill_on_invalid_dep', True), params.get('sbatch_args'))
+    argv = cli.sbatch_argv(script, ctx.name, params.get('dependency'), params.get('kill_on_invalid_dep', True),
+                           sbatch_args_avoiding(ctx, result))
     result['changed'] = True
     result['submitted'] = True
     result['cancelled'] = list(to_cancel)

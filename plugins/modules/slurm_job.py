@@ -158,6 +158,39 @@ options:
       job:
         description: Apply only when the failed job has this name (or id).
         type: str
+  bad_nodes:
+    description:
+      - Avoid nodes that made the job fail. When the wait fails because the job itself ended and the last lines of its
+        output match O(bad_nodes.pattern), the node is put on the list O(bad_nodes.file) with the cause, and the job is
+        submitted again at once with C(--exclude) of every node on the list, up to O(bad_nodes.retries) times.
+      - Every submission excludes the nodes on the list that are younger than O(bad_nodes.ttl), together with an
+        C(--exclude) of O(sbatch_args). When that would exclude every node of O(bad_nodes.nodes), the task fails before
+        submitting, naming the nodes and their causes.
+    type: dict
+    suboptions:
+      file:
+        description: The list, a JSON object of node names to C(cause), C(since) (epoch seconds) and C(job_id), written 0600 (atomically).
+        type: path
+        required: true
+      pattern:
+        description:
+          - A Python regular expression searched in the failed job's last output lines. Its named group C(node) is the
+            node (else the job's node), its named group C(cause) the cause (else the matched text).
+        type: str
+        required: true
+      ttl:
+        description: Seconds a node stays on the list.
+        type: int
+        default: 86400
+      retries:
+        description: How many times the job is submitted again after such a failure, in one run.
+        type: int
+        default: 2
+      nodes:
+        description: The nodes the job can run on (its partition's), so that the module never excludes them all.
+        type: list
+        elements: str
+        default: []
   duplicate_check:
     description:
       - V(auto) lists the live jobs of O(name) again after C(sbatch) only when the submit lock could not be taken.
@@ -349,6 +382,18 @@ hints:
   returned: on failure, when a hint matched
   type: list
   elements: str
+bad_nodes:
+  description: The nodes this run put on the O(bad_nodes.file) list, in order, with the cause and the job that failed there.
+  returned: when a job failed for a reason of its node
+  type: list
+  elements: dict
+  sample: [{node: node1, cause: "GPU 3 (00000000:5D:00.0): 1 compute process (pid 4242 python3 70000 MiB)", job_id: "4124"}]
+excluded_nodes:
+  description: The nodes of the O(bad_nodes.file) list that the last submission excluded.
+  returned: when a submission excluded nodes of the list
+  type: list
+  elements: str
+  sample: [node1]
 lookup:
   description:
     - The live jobs of O(name) and O(lookup_also) that this task's C(squeue) listed, for a later task's O(lookup).
@@ -486,6 +531,7 @@ def argument_spec():
             job=dict(type='str'),
         )),
         duplicate_check=dict(type='str', default='auto', choices=['auto', 'always']),
+        bad_nodes=dict(type='dict', options=job_actions.bad_nodes_options()),
         lookup_also=dict(type='list', elements='str', default=[]),
         lookup=dict(type='dict'),
         job_id=dict(type='str'),

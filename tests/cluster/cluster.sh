@@ -182,6 +182,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 GresTypes=gpu
 PlugStackConfig=$D/etc/plugstack.conf
+TaskProlog=$D/etc/task_prolog.sh
 KillWait=5
 MinJobAge=300
 InactiveLimit=0
@@ -193,6 +194,11 @@ EOF
     echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
     echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
   } | write_if_changed "$CONF"
+  # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.
+  # slurmstepd reads "export NAME=value" lines that the TaskProlog prints.
+  printf '#!/bin/sh\n# TaskProlog of the glm.serve local test cluster (written by tests/cluster/cluster.sh).\necho "export PATH=%s/standins/node-bin:$PATH"\n' "$D" |
+    write_if_changed "$D/etc/task_prolog.sh"
+  chmod 0755 "$D/etc/task_prolog.sh"
 
   printf 'NodeName=%s Name=gpu File=%s/dev/nvidia[0-7]\n' "$(IFS=,; echo "${NODES[*]}")" "$D" |
     write_if_changed "$D/etc/gres.conf"
@@ -454,6 +460,12 @@ cmd_start() {
   copy_standins
   build_plugin # slurmstepd loads it for every step: a rebuilt plugin takes effect at once
   if all_running && nodes_ready; then
+    local before
+    before=$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum)
+    write_slurm_conf
+    if [ "$before" != "$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum)" ]; then
+      scontrol reconfigure && log "configuration changed: reconfigured"
+    fi
     log "already up"
     return 0
   fi

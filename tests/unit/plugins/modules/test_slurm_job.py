@@ -10,6 +10,7 @@ __metaclass__ = type
 import errno
 import json
 import os
+import time
 
 import pytest
 
@@ -693,3 +694,91 @@ def test_a_job_just_submitted_after_another_is_not_asked_again_before_its_parent
     asked = [a[4] for a in slurm.argvs('scontrol')]
     assert asked[0] == '4124' and '4125' in asked, asked          # the parent first, then the job
     assert result['reason'] == 'None'                             # what Slurm said, not the assumption
+
+
+# -- bad nodes: a job that failed its node's check is submitted again without that node ---------------------------
+
+GPU_FAIL = ('gpu-check: node1 GPU 3 NVIDIA H200 00000000:5D:00.0: 73156 of 143771 MiB free, ECC 0, Default, 1 process(es): BAD\n'
+            'gpu-check: FAILED on node1: GPU 3 (00000000:5D:00.0): 1 compute process (pid 4242 python3 70000 MiB)\n')
+BAD_PATTERN = r'^gpu-check: FAILED on (?P<node>\S+): (?P<cause>.*)$'
+
+
+def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1', 'node2'), retries=2, extra=()):
+    """Submit with bad_nodes and wait for RUNNING; outcomes: per submission (node, state, log text)."""
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    listing = tmp_path / 'bad-nodes.json'
+    if bad is not None:
+        listing.write_text(json.dumps(bad))
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    submitted = []
+
+    def call(argv, **kwargs):
+        submitted_ids = [str(5000 + i) for i in range(len(submitted))]
+        if argv[0] == '/usr/bin/sbatch':
+            submitted.append(list(argv))
+            job_id = str(5000 + len(submitted) - 1)
+            node, state, text = outcomes[len(submitted) - 1]
+            (tmp_path / ('glm-serve-%s.out' % job_id)).write_text(text)
+            return 0, job_id + '\n', ''
+        if argv[:4] == ['/usr/bin/scontrol', '--local', 'show', 'job'] and argv[4] in submitted_ids:
+            node, state, _text = outcomes[int(argv[4]) - 5000]
+            shown = scontrol(argv[4], state, nodes=node).replace('ExitCode=0:0', 'ExitCode=%s' % ('75:0' if state == 'FAILED' else '0:0'))
+            return 0, shown.replace('/home/glmuser/glm', str(tmp_path)), ''
+        if argv[:4] == ['/usr/bin/scontrol', '--local', 'show', 'job']:
+            return 1, '', 'slurm_load_jobs error: Invalid job id specified\n'     # a job of an earlier run, purged
+        if argv[:2] == ['/usr/bin/squeue', '--local'] and '-n' in argv:
+            return 0, '', ''
+        if argv[:2] == ['/usr/bin/squeue', '--version']:
+            return 0, 'slurm-wlm 22.05.8\n', ''
+        raise AssertionError('unexpected command %r' % (argv,))
+    params = {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 60, 'sbatch_args': list(extra),
+              'bad_nodes': {'file': str(listing), 'pattern': BAD_PATTERN, 'nodes': list(nodes), 'retries': retries}}
+    ok, result = run(slurm_job, params, call)
+    saved = json.loads(listing.read_text()) if listing.exists() else {}
+    return ok, result, submitted, saved, warnings
+
+
+def test_a_node_that_fails_the_gpu_check_is_avoided_at_once(run, tmp_path, monkeypatch):
+    ok, result, submitted, saved, warnings = bad_node_run(run, tmp_path, monkeypatch, [
+        ('node1', 'FAILED', GPU_FAIL), ('node2', 'RUNNING', 'gpu-check: node2: 8 GPUs ok (0s)\n')])
+    assert ok, result
+    assert result['job_id'] == '5001' and result['nodes'] == 'node2' and result['state'] == 'RUNNING'
+    assert not [a for a in submitted[0] if a.startswith('--exclude')]
+    assert '--exclude=node1' in submitted[1]
+    assert result['bad_nodes'] == [{'node': 'node1', 'job_id': '5000',
+                                    'cause': 'GPU 3 (00000000:5D:00.0): 1 compute process (pid 4242 python3 70000 MiB)'}]
+    assert result['excluded_nodes'] == ['node1']
+    assert saved['node1']['cause'].startswith('GPU 3') and saved['node1']['job_id'] == '5000'
+    assert oct(os.stat(str(tmp_path / 'bad-nodes.json')).st_mode & 0o777) == '0o600'
+    assert any('failed on node node1' in w and 'without that node' in w for w in warnings), warnings
+
+
+def test_the_last_node_is_never_excluded_the_run_stops_and_says_why(run, tmp_path, monkeypatch):
+    ok, result, submitted, saved, _w = bad_node_run(run, tmp_path, monkeypatch, [
+        ('node2', 'FAILED', GPU_FAIL.replace('node1', 'node2'))], bad={'node1': {'cause': 'ECC', 'since': int(time.time()), 'job_id': '1'}})
+    assert not ok and len(submitted) == 1 and '--exclude=node1' in submitted[0]
+    assert 'Node node2 failed the job' in result['msg'] and 'no other node is left' in result['msg'], result['msg']
+    assert sorted(saved) == ['node1', 'node2']
+    # the next run stops before submitting anything, naming the nodes and their causes
+    ok, result, submitted, _saved, _w = bad_node_run(run, tmp_path, monkeypatch, [], bad=saved)
+    assert not ok and submitted == []
+    assert 'every node the job can run on (node1, node2) is on the bad-node list' in result['msg']
+    assert 'node1: ECC' in result['msg'] and 'remove the file' in result['msg']
+
+
+def test_old_entries_expire_and_the_users_own_exclude_is_kept(run, tmp_path, monkeypatch):
+    old = {'node1': {'cause': 'ECC', 'since': int(time.time()) - 90000, 'job_id': '1'},
+           'node3': {'cause': 'busy', 'since': int(time.time()) - 60, 'job_id': '2'}}
+    ok, result, submitted, _saved, _w = bad_node_run(run, tmp_path, monkeypatch, [('node1', 'RUNNING', 'ok\n')], bad=old,
+                                                     nodes=('node1', 'node2', 'node3', 'node4'), extra=['-x', 'node4'])
+    assert ok and '--exclude=node3,node4' in submitted[0] and '-x' not in submitted[0], submitted
+    assert result['excluded_nodes'] == ['node3']
+
+
+def test_a_failure_that_is_not_the_nodes_is_reported_as_it_is(run, tmp_path, monkeypatch):
+    ok, result, submitted, saved, _w = bad_node_run(run, tmp_path, monkeypatch, [
+        ('node1', 'FAILED', 'Traceback (most recent call last):\nValueError: bad config\n')])
+    assert not ok and len(submitted) == 1 and saved == {} and 'bad_nodes' not in result
+    assert 'ValueError: bad config' in result['msg']

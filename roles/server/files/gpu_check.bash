@@ -1,0 +1,58 @@
+# glm_gpu_check WANT MIN_FREE_FRACTION: check the GPUs this job got before SGLang loads the weights onto them.
+# One nvidia-smi query of the GPUs (CSV, no units) and one of their compute processes; one line per GPU, then a
+# verdict. Fails (status 1) when nvidia-smi is missing or fails, when fewer or more than WANT GPUs are visible,
+# or when a GPU has less than MIN_FREE_FRACTION of its memory free, a compute process, an uncorrectable volatile
+# ECC error, or a compute mode that refuses work (Prohibited). The verdict line of a failure reads
+#   gpu-check: FAILED on NODE: CAUSE; CAUSE...
+# (the deploy reads NODE and CAUSE from it). Bash and awk only: it runs on the compute node, outside the container.
+glm_gpu_check() {
+  local want=$1 min_free=$2 node=${SLURMD_NODENAME:-$(hostname -s)} started=$SECONDS gpus apps fields ids
+  fields=index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,compute_mode
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "gpu-check: FAILED on $node: nvidia-smi not found (no NVIDIA driver on this node)"
+    return 1
+  fi
+  # The GPUs the job got: CUDA_VISIBLE_DEVICES (Slurm sets it from the allocation). Where the job's cgroup hides
+  # the other GPUs, nvidia-smi numbers the visible ones from 0 and may refuse those ids: then it lists what it sees.
+  ids=${CUDA_VISIBLE_DEVICES:-}
+  if [ -z "$ids" ] || ! gpus=$(nvidia-smi -i "$ids" --query-gpu="$fields" --format=csv,noheader,nounits 2>&1); then
+    if ! gpus=$(nvidia-smi --query-gpu="$fields" --format=csv,noheader,nounits 2>&1); then
+      echo "gpu-check: FAILED on $node: nvidia-smi failed: $(printf '%s' "$gpus" | head -n 3 | tr '\n' ' ')"
+      return 1
+    fi
+  fi
+  apps=$(nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null) || apps=
+  printf '%s\n' "$gpus" | awk -F', *' -v want="$want" -v min="$min_free" -v node="$node" -v apps="$apps" \
+    -v took=$((SECONDS - started)) '
+    BEGIN {
+      napps = split(apps, rows, "\n")
+      for (i = 1; i <= napps; i++) {
+        if (split(rows[i], a, ", *") < 4) continue
+        procs[a[1]] = procs[a[1]] (procs[a[1]] == "" ? "" : ", ") "pid " a[2] " " a[3] " " a[4] " MiB"
+        count[a[1]]++
+      }
+    }
+    NF >= 9 {
+      n++
+      idx = $1; uuid = $2; name = $3; bus = $4; total = $5 + 0; free = $7 + 0; ecc = $8; mode = $9
+      bad = ""
+      if (total <= 0 || free < min * total)
+        bad = bad sprintf("; %d of %d MiB free (%.0f%%, under %.0f%%: memory held by another process)", free, total,
+                          total > 0 ? 100 * free / total : 0, 100 * min)
+      if (uuid in count)
+        bad = bad "; " count[uuid] " compute process" (count[uuid] > 1 ? "es" : "") " (" procs[uuid] ")"
+      if (ecc ~ /^[0-9]+$/ && ecc + 0 > 0)
+        bad = bad "; " ecc " uncorrectable ECC error" (ecc + 0 > 1 ? "s" : "") " (volatile)"
+      if (mode == "Prohibited")
+        bad = bad "; compute mode Prohibited"
+      printf "gpu-check: %s GPU %s %s %s: %d of %d MiB free, ECC %s, %s, %s: %s\n", node, idx, name, bus, free, total,
+             ecc, mode, (uuid in count) ? count[uuid] " process(es)" : "no process", bad == "" ? "ok" : "BAD"
+      if (bad != "") causes = causes "; GPU " idx " (" bus "): " substr(bad, 3)
+    }
+    END {
+      if (n != want) causes = causes "; " n " GPU" (n == 1 ? "" : "s") " visible, the job asked for " want \
+        " (a GPU missing, fallen off the bus, or not given to the job)"
+      if (causes != "") { print "gpu-check: FAILED on " node ": " substr(causes, 3); exit 1 }
+      printf "gpu-check: %s: %d GPUs ok (%ds)\n", node, n, took
+    }'
+}
