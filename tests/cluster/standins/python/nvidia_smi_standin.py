@@ -52,7 +52,7 @@ def targets(name):
     for item in re.split(r'[,\s]+', switch(name, '') or ''):
         if not item:
             continue
-        where, _, index = item.rpartition(':')
+        where, index = item.rpartition(':')[::2]
         if (not where or where == node) and index.isdigit():
             found.add(int(index))
     return found
@@ -79,6 +79,7 @@ class Gpu:
         out = {}
         for field, text in b.items():
             out[field] = (text, text.split()[0] if text.endswith((' MiB', ' %', ' W')) else text)
+
         def mib(n):
             return ('%d MiB' % n, '%d' % n)
         out.update({
