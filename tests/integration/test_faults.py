@@ -588,3 +588,75 @@ def test_10_two_deploys_at_once_make_one_chain(case):
     serve_id = [r[0] for r in rows if r[1] == c.serve][0]
     assert all('job: %s on' % serve_id in out for out in outs)            # both report the same server job
     assert took < 90, took
+
+
+# -- 11. a bad GPU: the node is avoided ---------------------------------------------------------------------------
+
+
+def node_of(job_id):
+    out = root_slurm(['scontrol', 'show', 'job', str(job_id)]).stdout
+    found = [part.split('=', 1)[1] for part in out.split() if part.startswith('BatchHost=')]
+    return found[0] if found else None
+
+
+def idle(node):
+    return root_slurm(['sinfo', '-h', '-n', node, '-o', '%T']).stdout.strip() == 'idle'
+
+
+def test_11a_a_busy_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case, warm_dir):
+    """Bound: the first job's GPU check fails within seconds of its start, and the second job is submitted within
+    15 s of that (the check's verdict is an error line: the wait asks Slurm at once). node1 idle first, so that
+    Slurm gives the first job node1 (first fit in node order), where GPU 3 is busy."""
+    c = case('gpubusy')
+    c.warm(warm_dir)
+    c.wait_for(lambda: idle('node1'), 120, 'node1 idle')
+    proc, took, found = c.deploy(server_env=dict(FAST_SERVER, GLM_STANDIN_GPU_BUSY='node1:3'))
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    rows = [r for r in c.jobs() if r[1] == c.serve]
+    assert len(rows) == 2, rows
+    (first, _n, first_state), (second, _m, second_state) = rows
+    assert node_of(first) == 'node1' and first_state == 'FAILED', (rows, node_of(first))
+    assert node_of(second) == 'node2' and second_state == 'RUNNING', (rows, node_of(second))
+    log = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, first)))
+    assert 'gpu-check: FAILED on node1: GPU 3 (00000000:5D:00.0): 73156 of 143771 MiB free' in log, log
+    assert '1 compute process (pid 4242 python3 70000 MiB)' in log and 'sglang' not in log.lower()  # SGLang never started
+    assert 'failed on node node1' in proc.stdout and 'submitting it again without that node' in proc.stdout
+    listed = json.loads(read(os.path.join(c.dir, 'bad-nodes.json')))
+    assert list(listed) == ['node1'] and listed['node1']['job_id'] == first and 'GPU 3' in listed['node1']['cause']
+    failed_at = os.stat(os.path.join(c.dir, '%s-%s.out' % (c.serve, first))).st_mtime
+    submitted = [p.split('=', 1)[1] for p in root_slurm(['scontrol', 'show', 'job', second]).stdout.split()
+                 if p.startswith('SubmitTime=')][0]
+    gap = time.mktime(time.strptime(submitted, '%Y-%m-%dT%H:%M:%S')) - failed_at
+    assert gap < 15, gap
+    healthy = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, second)))
+    took_check = [int(line.rsplit('(', 1)[1].rstrip('s)\n')) for line in healthy.splitlines()
+                  if line.startswith('gpu-check: node2: 8 GPUs ok')]
+    assert took_check and took_check[0] < 5, healthy[:2000]
+    print('\nGPU check: failed on node1, second job submitted %.1f s later; healthy check on node2: %d s' % (gap, took_check[0]))
+    # status lists the node, and how to forget it
+    status = run_playbook('status.yml', c.vars(), c.tmp)
+    assert 'nodes avoided: node1 (since' in status.stdout and 'bad-nodes.json' in status.stdout, status.stdout[-2000:]
+
+
+def test_11b_every_node_bad_stops_and_says_so_and_the_next_deploy_submits_nothing(case, warm_dir):
+    """ECC errors on node1 and a missing GPU on node2 (whichever comes first): two attempts, then the deploy
+    stops naming both nodes; the next deploy stops before submitting anything; the list expires."""
+    c = case('gpuall')
+    c.warm(warm_dir)
+    bad = dict(FAST_SERVER, GLM_STANDIN_GPU_ECC='node1:2', GLM_STANDIN_GPU_MISSING='node2:5')
+    proc, took, found = c.deploy(server_env=bad)
+    assert proc.returncode != 0
+    msg = serve_failure(found)
+    assert 'no other node is left' in msg and 'What to do:' in msg and 'bad-nodes.json' in msg, msg
+    listed = json.loads(read(os.path.join(c.dir, 'bad-nodes.json')))
+    assert sorted(listed) == ['node1', 'node2'], listed
+    assert '2 uncorrectable ECC errors' in listed['node1']['cause'] and '7 GPUs visible' in listed['node2']['cause']
+    assert len([r for r in c.jobs() if r[1] == c.serve]) == 2
+    proc, took, found = c.deploy(server_env=bad)
+    assert proc.returncode != 0 and len([r for r in c.jobs() if r[1] == c.serve]) == 2      # nothing submitted
+    msg = serve_failure(found)
+    assert 'every node the job can run on (node1, node2) is on the bad-node list' in msg, msg
+    # older than server_bad_node_ttl: forgotten, the deploy submits again (healthy GPUs this time: it serves)
+    proc, took, found = c.deploy(server_env=dict(FAST_SERVER), server_bad_node_ttl=1, server_bad_node_retries=0)
+    assert len([r for r in c.jobs() if r[1] == c.serve]) == 3, c.jobs()
+    assert proc.returncode == 0, found

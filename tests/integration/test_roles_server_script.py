@@ -36,6 +36,7 @@ VARIANTS = {
     "default": {},
     "low_latency": {"server_low_latency": True},
     "h200": {"glm_partition": "compute-h200"},
+    "no_gpu_check": {"server_gpu_check": False},
 }
 
 SEED_FLAGS = [
@@ -85,6 +86,18 @@ def rendered(tmp_path_factory):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         scripts[name] = tmp_path / name / "serve.sbatch"
     return scripts
+
+
+def test_the_gpu_check_runs_before_sglang_and_can_be_turned_off(rendered):
+    text = rendered["default"].read_text()
+    for name, script in rendered.items():
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, (name, proc.stderr)
+    assert "glm_gpu_check() {" in text and "if ! glm_gpu_check 8 0.95; then" in text
+    assert text.index("glm_gpu_check 8") < text.index("srun --container-image")
+    assert text.index("glm_gpu_check 8") < text.index("GLM_BASE_URL=")      # the endpoint file only after it passed
+    assert "  exit 75\n" in text
+    assert "glm_gpu_check" not in rendered["no_gpu_check"].read_text()
 
 
 def test_defaults_carry_the_guide(rendered):
