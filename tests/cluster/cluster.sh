@@ -461,9 +461,9 @@ cmd_start() {
   build_plugin # slurmstepd loads it for every step: a rebuilt plugin takes effect at once
   if all_running && nodes_ready; then
     local before
-    before=$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum)
+    before=$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum || true)
     write_slurm_conf
-    if [ "$before" != "$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum)" ]; then
+    if [ "$before" != "$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum || true)" ]; then
       scontrol reconfigure && log "configuration changed: reconfigured"
     fi
     log "already up"

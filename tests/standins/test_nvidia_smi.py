@@ -119,7 +119,7 @@ def test_a_healthy_node_passes_with_a_line_per_gpu(tmp_path):
     ({"GLM_STANDIN_GPU_BUSY": "node1:3"}, "GPU 3 (00000000:5D:00.0): 73156 of 143771 MiB free (51%, under 95%: memory "
                                           "held by another process); 1 compute process (pid 4242 python3 70000 MiB)"),
     ({"GLM_STANDIN_GPU_ECC": "node1:2"}, "GPU 2 (00000000:3A:00.0): 2 uncorrectable ECC errors (volatile)"),
-    ({"GLM_STANDIN_GPU_MISSING": "node1:6"}, "7 GPUs visible, the job asked for 8 (a GPU missing, fallen off the bus, "
+    ({"GLM_STANDIN_GPU_MISSING": "node1:6"}, "7 GPUs visible, the job asked for 8 (a GPU missing: lost from the bus, "
                                              "or not given to the job)"),
     ({"GLM_STANDIN_GPU_PROHIBITED": "node1:0"}, "GPU 0 (00000000:00:06.0): compute mode Prohibited"),
 ])

@@ -51,7 +51,7 @@ glm_gpu_check() {
     }
     END {
       if (n != want) causes = causes "; " n " GPU" (n == 1 ? "" : "s") " visible, the job asked for " want \
-        " (a GPU missing, fallen off the bus, or not given to the job)"
+        " (a GPU missing: lost from the bus, or not given to the job)"
       if (causes != "") { print "gpu-check: FAILED on " node ": " substr(causes, 3); exit 1 }
       printf "gpu-check: %s: %d GPUs ok (%ds)\n", node, n, took
     }'
