@@ -603,14 +603,19 @@ def idle(node):
     return root_slurm(['sinfo', '-h', '-n', node, '-o', '%T']).stdout.strip() == 'idle'
 
 
-def test_11a_a_busy_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case, warm_dir):
+@pytest.mark.parametrize('switch, cause', [
+    ('GLM_STANDIN_GPU_BUSY', 'GPU 3 (00000000:5D:00.0): 73156 of 143771 MiB free'),
+    ('GLM_STANDIN_GPU_ECC', 'GPU 3 (00000000:5D:00.0): 2 uncorrectable ECC errors (volatile)'),
+    ('GLM_STANDIN_GPU_MISSING', '7 GPUs visible, the job asked for 8'),
+])
+def test_11a_a_bad_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case, warm_dir, switch, cause):
     """Bound: the first job's GPU check fails within seconds of its start, and the second job is submitted within
     15 s of that (the check's verdict is an error line: the wait asks Slurm at once). node1 idle first, so that
-    Slurm gives the first job node1 (first fit in node order), where GPU 3 is busy."""
-    c = case('gpubusy')
+    Slurm gives the first job node1 (first fit in node order), where GPU 3 is busy, has ECC errors, or is missing."""
+    c = case('gpubad')
     c.warm(warm_dir)
     c.wait_for(lambda: idle('node1'), 120, 'node1 idle')
-    proc, took, found = c.deploy(server_env=dict(FAST_SERVER, GLM_STANDIN_GPU_BUSY='node1:3'))
+    proc, took, found = c.deploy(server_env=dict(FAST_SERVER, **{switch: 'node1:3'}))
     assert proc.returncode == 0, found or proc.stdout[-3000:]
     rows = [r for r in c.jobs() if r[1] == c.serve]
     assert len(rows) == 2, rows
@@ -618,12 +623,16 @@ def test_11a_a_busy_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case
     assert node_of(first) == 'node1' and first_state == 'FAILED', (rows, node_of(first))
     assert node_of(second) == 'node2' and second_state == 'RUNNING', (rows, node_of(second))
     log = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, first)))
-    assert 'gpu-check: FAILED on node1: GPU 3 (00000000:5D:00.0): 73156 of 143771 MiB free' in log, log
-    assert '1 compute process (pid 4242 python3 70000 MiB)' in log and 'server_args' not in log    # SGLang never started
+    assert 'gpu-check: FAILED on node1: ' + cause in log, log
+    assert 'server_args' not in log                                           # SGLang never started
+    if switch == 'GLM_STANDIN_GPU_BUSY':
+        assert '1 compute process (pid 4242 python3 70000 MiB)' in log
     warned = proc.stdout + proc.stderr                                      # the module's warning
     assert 'failed on node node1' in warned and 'submitting it again without that node' in warned, warned[-3000:]
     listed = json.loads(read(os.path.join(c.dir, 'bad-nodes.json')))
-    assert list(listed) == ['node1'] and listed['node1']['job_id'] == first and 'GPU 3' in listed['node1']['cause']
+    assert list(listed) == ['node1'] and listed['node1']['job_id'] == first and listed['node1']['cause'].startswith(cause)
+    assert 'nodes avoided (failed the GPU check): node1' in proc.stdout, proc.stdout[-2000:]     # the deploy's summary
+
     def when(job_id, field):
         value = [p.split('=', 1)[1] for p in root_slurm(['scontrol', 'show', 'job', job_id]).stdout.split()
                  if p.startswith(field + '=')][0]
