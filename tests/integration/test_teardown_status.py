@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import json
 import os
 import re
 import shutil
@@ -60,6 +61,27 @@ def test_status_shows_the_running_server(env):
     job_id = env['job'][0]
     assert '%s job %s: RUNNING on node' % (SERVE, job_id) in proc.stdout, proc.stdout[-3000:]
     assert 'answers (HTTP 200 with the key, 401 without)' in proc.stdout, proc.stdout[-3000:]
+
+
+def test_status_as_json_for_scripts(env):
+    """glm_status_json: the same status as data on the operator's machine, 0600, with no secret in it."""
+    path = os.path.join(env['tmp'], 'status.json')
+    proc = run_playbook('status.yml', dict(VARS, glm_status_json=path), env['tmp'])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    with open(path) as handle:
+        text = handle.read()
+    doc = json.loads(text)
+    assert oct(os.stat(path).st_mode & 0o777) == '0o600'
+    assert doc['schema'] == 'glm.serve/status/v1' and doc['model'] == 'glm-5.3-flash' and doc['host'] == 'local'
+    server = doc['server']
+    assert server['job_id'] == env['job'][0] and server['state'] == 'RUNNING' and server['answers'] == 'ready', server
+    assert server['without_key_status'] == 401 and server['max_model_len'] and server['endpoint'].startswith('http://node')
+    assert [j['job_id'] for j in doc['jobs'] if j['name'] == SERVE and j['live']] == [env['job'][0]], doc['jobs']
+    assert doc['endpoint_file']['GLM_BASE_URL'] == server['endpoint'] and doc['endpoint_file']['GLM_MODEL'] == 'glm-5.3-flash'
+    assert doc['nodes_avoided'] == {}
+    with open(os.path.join(login_home(), WORK, 'api-key')) as handle:
+        key = handle.read().strip()
+    assert key and key not in text
 
 
 def test_deploy_again_changes_nothing_and_reads_in_a_screen(env):
