@@ -1,0 +1,100 @@
+"""From a laptop: the key copied with fetch_key.yml, an SSH tunnel through the login user (the line deploy prints),
+and the official openai client on the operator's side, against the server on its node (issue 10, section 4).
+
+The login node is the only way in: the tunnel is `ssh -N -L PORT:NODE:30000` to the login user over real SSH, as
+deploy.yml prints it; the client never talks to the node directly.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names
+
+openai = pytest.importorskip('openai')
+
+WORK = 'glm-it-tunnel'
+VARS = isolated_vars(WORK, 'it-tun-download', 'it-tun-serve', server_time='00:20:00')
+TUNNEL = re.compile(r'"from your machine \(the login node is the only way in\): (ssh -N -L [^"]+)"')
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def served(tmp_path_factory):
+    require_cluster()
+    tmp = str(tmp_path_factory.mktemp('tunnel'))
+    work = os.path.join(login_home(), WORK)
+    scancel_names(['it-tun-download', 'it-tun-serve'])
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        proc = run_playbook('deploy.yml', VARS, tmp, result_json=True)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        found = TUNNEL.search(proc.stdout)
+        assert found, proc.stdout[-3000:]
+        command = found.group(1)
+        with open(os.path.join(work, 'api-key')) as handle:
+            key = handle.read().strip()
+        yield {'tmp': tmp, 'tunnel': command, 'key': key}
+    finally:
+        run_playbook('teardown.yml', dict(VARS, glm_teardown_download=True), tmp)
+        scancel_names(['it-tun-download', 'it-tun-serve'])
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_fetch_key_copies_the_key_0600_and_never_prints_it(served, tmp_path):
+    dest = str(tmp_path / 'laptop' / 'api-key')
+    os.makedirs(os.path.dirname(dest))
+    proc = run_playbook('fetch_key.yml', dict(VARS, glm_key_dest=dest), served['tmp'], verbosity=3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    with open(dest) as handle:
+        assert handle.read().strip() == served['key']
+    assert oct(os.stat(dest).st_mode & 0o777) == '0o600'
+    assert served['key'] not in proc.stdout + proc.stderr                 # not even at -vvv
+    assert 'Anyone who can read it can call the server' in proc.stdout
+    bad = run_playbook('fetch_key.yml', dict(VARS, glm_key_dest='relative/key'), served['tmp'])
+    assert bad.returncode != 0 and 'glm_key_dest="relative/key" is not valid' in bad.stdout
+
+
+def test_the_printed_tunnel_and_the_openai_client(served):
+    match = re.match(r'^ssh -N -L (\d+):(\S+):(\d+) (.*)$', served['tunnel'])
+    assert match, served['tunnel']
+    port = free_port()
+    argv = ['ssh', '-N', '-o', 'ExitOnForwardFailure=yes', '-L', '%d:%s:%s' % (port, match.group(2), match.group(3))]
+    argv += match.group(4).split()
+    tunnel = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(('127.0.0.1', port), timeout=1).close()
+                break
+            except OSError:
+                assert tunnel.poll() is None, tunnel.communicate()
+                time.sleep(0.2)
+        client = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key=served['key'], max_retries=0, timeout=30)
+        assert 'glm-5.3-flash' in [m.id for m in client.models.list()]
+        reply = client.chat.completions.create(model='glm-5.3-flash', messages=[{'role': 'user', 'content': 'Hello'}],
+                                               max_tokens=64)
+        assert reply.choices[0].message.content
+        chunks = list(client.chat.completions.create(model='glm-5.3-flash', stream=True, max_tokens=64,
+                                                     messages=[{'role': 'user', 'content': 'Hello'}]))
+        assert len(chunks) > 1 and ''.join(c.choices[0].delta.content or '' for c in chunks if c.choices)
+        wrong = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key='not-the-key', max_retries=0, timeout=30)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+    finally:
+        tunnel.terminate()
+        tunnel.wait(10)
