@@ -98,3 +98,24 @@ def test_the_printed_tunnel_and_the_openai_client(served):
     finally:
         tunnel.terminate()
         tunnel.wait(10)
+
+
+def test_logs_shows_the_end_masked_and_follows(served):
+    """logs.yml: the server's log with the key masked (SGLang prints it in server_args), the download's, and a
+    follow that prints lines written while it runs."""
+    proc = run_playbook('logs.yml', dict(VARS, glm_log_lines=200), served['tmp'], verbosity=3)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert 'it-tun-serve-' in proc.stdout and 'server_args=' in proc.stdout, proc.stdout[-3000:]
+    assert served['key'] not in proc.stdout + proc.stderr
+    download = run_playbook('logs.yml', dict(VARS, glm_log_job='download', glm_log_lines=5), served['tmp'])
+    assert download.returncode == 0 and 'it-tun-download-' in download.stdout, download.stdout[-2000:]
+    path = [line.split('== ', 1)[1].split(' ')[0] for line in proc.stdout.splitlines() if '== /' in line][0]
+    writer = subprocess.Popen(['runuser', '-u', 'glmuser', '--', 'sh', '-c',
+                               'sleep 4; for i in 1 2 3; do echo "follow test $i" >> %s; sleep 1; done' % path],
+                              stdin=subprocess.DEVNULL)
+    follow = run_playbook('logs.yml', dict(VARS, glm_log_lines=1, glm_log_follow=10), served['tmp'])
+    writer.wait(30)
+    assert follow.returncode == 0, follow.stdout[-3000:]
+    assert all('follow test %d' % i in follow.stdout for i in (1, 2, 3)), follow.stdout[-3000:]
+    bad = run_playbook('logs.yml', dict(VARS, glm_log_job='both'), served['tmp'])
+    assert bad.returncode != 0 and 'glm_log_job="both" is not valid' in bad.stdout

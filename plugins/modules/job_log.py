@@ -1,0 +1,220 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+module: job_log
+short_description: Read the end of a Slurm job's output file, secrets masked, and follow it
+version_added: 0.1.0
+description:
+  - Returns the last O(lines) lines of a job's output file on the host, or, with O(offset), the lines written after that
+    byte offset during the next O(wait) seconds (to follow a log in steps of that length).
+  - The file is the job's C(NAME-JOBID.out) in O(chdir) (C(#SBATCH --output=%x-%j.out), as the glm.serve roles write
+    them); without O(job_id), the one with the highest job id. It asks Slurm nothing, so it works for a job that
+    has ended, even one Slurm has forgotten, as long as its file is there.
+  - Secrets are masked as everywhere in glm.serve (C(--api-key ...), C(api_key=...), C(Bearer ...) and the key in
+    O(key_file), read on the host). The key is never returned.
+author:
+  - glm.serve maintainers (@glm-serve)
+attributes:
+  check_mode:
+    description: Reads only; runs in check mode too.
+    support: full
+  diff_mode:
+    description: Not supported.
+    support: none
+  platform:
+    description: Runs on the login node of the cluster.
+    support: full
+    platforms: posix
+options:
+  name:
+    description: The job name (the C(%x) of its output file name).
+    type: str
+    required: true
+  chdir:
+    description: The folder of the output files (the job's working directory).
+    type: path
+    required: true
+  job_id:
+    description: The job whose file to read; the newest job of O(name) with a file in O(chdir) when not given.
+    type: str
+  lines:
+    description: How many lines from the end to return (without O(offset)).
+    type: int
+    default: 50
+  offset:
+    description:
+      - Return the lines written after this byte offset (the RV(offset) of an earlier call) instead of the last
+        O(lines). A partial last line is kept for the next call.
+    type: int
+  wait:
+    description:
+      - With O(offset), collect the lines written during this many seconds (checking every 0.5 s), then return them
+        all; 0 returns at once with what is there.
+    type: int
+    default: 0
+  key_file:
+    description: A file on the host whose first line is a secret to mask (the API key).
+    type: path
+seealso:
+  - module: glm.serve.slurm_job_info
+'''
+
+EXAMPLES = r'''
+- name: The last 50 lines of the newest server job's log
+  glm.serve.job_log:
+    name: glm-serve
+    chdir: /home/u/glm
+    key_file: /home/u/glm/api-key
+  register: log
+
+- name: Then what it writes in the next 5 seconds
+  glm.serve.job_log:
+    name: glm-serve
+    chdir: /home/u/glm
+    job_id: "{{ log.job_id }}"
+    offset: "{{ log.offset }}"
+    wait: 5
+    key_file: /home/u/glm/api-key
+'''
+
+RETURN = r'''
+path:
+  description: The output file read (null when there is none).
+  returned: always
+  type: str
+  sample: /home/u/glm/glm-serve-4124.out
+job_id:
+  description: The job whose file was read (null when there is none).
+  returned: always
+  type: str
+  sample: "4124"
+lines:
+  description: The lines, secrets masked.
+  returned: always
+  type: list
+  elements: str
+offset:
+  description: The byte offset after the last complete line returned, for the next call's O(offset).
+  returned: always
+  type: int
+size:
+  description: The size of the file when it was read.
+  returned: always
+  type: int
+'''
+
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+
+MAX_READ = 1024 * 1024
+
+
+def newest(chdir, name):
+    """(job_id, path) of the highest job id among NAME-JOBID.out in chdir, or (None, None)."""
+    pattern = re.compile(r'^%s-(\d+)\.out$' % re.escape(name))
+    found = []
+    try:
+        entries = os.listdir(chdir)
+    except OSError:
+        return None, None
+    for entry in entries:
+        match = pattern.match(entry)
+        if match:
+            found.append((int(match.group(1)), entry))
+    if not found:
+        return None, None
+    job_id, entry = max(found)
+    return str(job_id), os.path.join(chdir, entry)
+
+
+def read_from(path, offset):
+    """(complete lines after offset, new offset, size): a partial last line waits for the next call."""
+    size = os.path.getsize(path)
+    if offset > size:
+        offset = 0                     # the file was replaced or truncated: from its start
+    with open(path, 'rb') as handle:
+        handle.seek(offset)
+        data = handle.read(MAX_READ)
+    end = data.rfind(b'\n')
+    if end < 0:
+        return [], offset, size
+    text = data[:end + 1].decode('utf-8', 'replace')
+    return text.splitlines(), offset + end + 1, size
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        name=dict(type='str', required=True),
+        chdir=dict(type='path', required=True),
+        job_id=dict(type='str'),
+        lines=dict(type='int', default=50),
+        offset=dict(type='int'),
+        wait=dict(type='int', default=0),
+        key_file=dict(type='path', no_log=False),
+    ), supports_check_mode=True)
+    params = module.params
+    secrets = ()
+    if params['key_file']:
+        try:
+            secrets = (mp.read_key(params['key_file']),)
+        except mp.KeyFileError:
+            secrets = ()               # no key to mask beyond the patterns: nothing to leak either
+    if params['job_id']:
+        job_id = params['job_id']
+        path = os.path.join(params['chdir'], '%s-%s.out' % (params['name'], job_id))
+        if not os.path.isfile(path):
+            module.fail_json(msg='%s does not exist: job %s of %s has no output file in %s' % (
+                path, job_id, params['name'], params['chdir']))
+    else:
+        job_id, path = newest(params['chdir'], params['name'])
+    result = dict(changed=False, path=path, job_id=job_id, lines=[], offset=params['offset'] or 0, size=0)
+    if path is None:
+        module.exit_json(**result)
+    if params['offset'] is None:
+        size = os.path.getsize(path)
+        tail = sp.tail_lines(read_tail_text(path, size), params['lines'])
+        result.update(lines=[sp.redact(line, secrets) for line in tail], offset=size_after_last_line(path, size), size=size)
+        module.exit_json(**result)
+    deadline = time.time() + max(params['wait'], 0)
+    lines, offset = [], params['offset']
+    while True:
+        more, offset, size = read_from(path, offset)
+        lines += more
+        if time.time() >= deadline:
+            break
+        time.sleep(min(0.5, max(deadline - time.time(), 0)))
+    result.update(lines=[sp.redact(line, secrets) for line in lines], offset=offset, size=size)
+    module.exit_json(**result)
+
+
+def read_tail_text(path, size):
+    with open(path, 'rb') as handle:
+        handle.seek(max(0, size - MAX_READ))
+        return handle.read(MAX_READ).decode('utf-8', 'replace')
+
+
+def size_after_last_line(path, size):
+    """The offset just after the last newline (a partial last line is read again by the next call)."""
+    with open(path, 'rb') as handle:
+        handle.seek(max(0, size - 4096))
+        data = handle.read(4096)
+    end = data.rfind(b'\n')
+    return size if end < 0 and size == 0 else max(0, size - len(data)) + end + 1
+
+
+if __name__ == '__main__':
+    main()
