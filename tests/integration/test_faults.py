@@ -599,8 +599,17 @@ def node_of(job_id):
     return found[0] if found else None
 
 
-def idle(node):
-    return root_slurm(['sinfo', '-h', '-n', node, '-o', '%T']).stdout.strip() == 'idle'
+def both_nodes_idle(case):
+    """Waits until node1 and node2 are idle: the first job must get node1 (first fit in node order) and the
+    second node2. A job of anyone else on them (a deploy left running by hand) is named in the failure."""
+    def idle():
+        states = root_slurm(['sinfo', '-h', '-N', '-p', 'compute-h100', '-o', '%N %T']).stdout.split('\n')
+        return sorted(line.strip() for line in states if line.strip()) == ['node1 idle', 'node2 idle']
+    deadline = time.monotonic() + 120
+    while not idle():
+        assert time.monotonic() < deadline, 'node1 and node2 not idle within 120 s; jobs on the cluster:\n%s' % (
+            root_slurm(['squeue', '-a', '-o', '%i %u %j %T %N']).stdout)
+        time.sleep(0.5)
 
 
 @pytest.mark.parametrize('switch, cause', [
@@ -614,7 +623,7 @@ def test_11a_a_bad_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case,
     Slurm gives the first job node1 (first fit in node order), where GPU 3 is busy, has ECC errors, or is missing."""
     c = case('gpubad')
     c.warm(warm_dir)
-    c.wait_for(lambda: idle('node1'), 120, 'node1 idle')
+    both_nodes_idle(c)
     proc, took, found = c.deploy(server_env=dict(FAST_SERVER, **{switch: 'node1:3'}))
     assert proc.returncode == 0, found or proc.stdout[-3000:]
     rows = [r for r in c.jobs() if r[1] == c.serve]
@@ -655,6 +664,7 @@ def test_11b_every_node_bad_stops_and_says_so_and_the_next_deploy_submits_nothin
     stops naming both nodes; the next deploy stops before submitting anything; the list expires."""
     c = case('gpuall')
     c.warm(warm_dir)
+    both_nodes_idle(c)
     bad = dict(FAST_SERVER, GLM_STANDIN_GPU_ECC='node1:2', GLM_STANDIN_GPU_MISSING='node2:5')
     proc, took, found = c.deploy(server_env=bad)
     assert proc.returncode != 0
