@@ -129,8 +129,12 @@ def find_live(ctx, name=None, retry_timeout=None):
     """Live jobs of name (the context's by default) and the context's user, newest first."""
     name = name or ctx.name
     timeout = ctx.retry_timeout if retry_timeout is None else retry_timeout
-    rows = ctx.cli.retry(ctx.cli.squeue, timeout, name=name, user=ctx.user)
-    rows = [r for r in rows if r.get('name') == name and (not ctx.user or r.get('user') == ctx.user) and is_live(r)]
+    return newest_live(ctx, ctx.cli.retry(ctx.cli.squeue, timeout, name=name, user=ctx.user), [name])
+
+
+def newest_live(ctx, rows, names):
+    """The live rows of these names and the context's user, newest first."""
+    rows = [r for r in rows if r.get('name') in names and (not ctx.user or r.get('user') == ctx.user) and is_live(r)]
     return sorted(rows, key=lambda r: _id_key(r['job_id']), reverse=True)
 
 
@@ -280,12 +284,18 @@ def write_record(ctx, job_id, digest):
     if not path or not digest:
         return
     try:
-        fd, temp = tempfile.mkstemp(prefix='.slurm_job-', dir=os.path.dirname(path))
-        with os.fdopen(fd, 'w') as handle:
-            json.dump({'job_id': str(job_id), 'sha256': digest}, handle)
-        os.rename(temp, path)
+        write_json(path, {'job_id': str(job_id), 'sha256': digest}, '.slurm_job-')
     except (IOError, OSError) as exc:
         ctx.warn('cannot write the submit record %s (%s): the next run asks Slurm for the stored script' % (path, exc))
+
+
+def write_json(path, data, prefix):
+    """Write data as JSON to path atomically (a temporary file in its folder, renamed), readable by its owner only
+    (mkstemp makes it 0600). Raises IOError/OSError."""
+    fd, temp = tempfile.mkstemp(prefix=prefix, dir=os.path.dirname(path) or '.')
+    with os.fdopen(fd, 'w') as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.rename(temp, path)
 
 
 def recorded(ctx, job):
@@ -438,10 +448,7 @@ def read_bad_nodes(path, ttl, now=None):
 
 def write_bad_nodes(ctx, path, entries):
     try:
-        fd, temp = tempfile.mkstemp(prefix='.bad-nodes-', dir=os.path.dirname(path) or '.')
-        with os.fdopen(fd, 'w') as handle:
-            json.dump(entries, handle, indent=1, sort_keys=True)
-        os.rename(temp, path)
+        write_json(path, entries, '.bad-nodes-')
     except (IOError, OSError) as exc:
         ctx.warn('cannot write the bad-node list %s (%s): the next run may try the node again' % (path, exc))
 
@@ -769,13 +776,11 @@ def live_jobs(ctx, result):
             return [job]
     records = dict((n, record_id(ctx, n)) for n in names)      # before the listing: see shared_lookup()
     taken_at = time.time()
-    rows = ctx.cli.retry(ctx.cli.squeue, ctx.retry_timeout, name=','.join(names), user=ctx.user)
-    rows = [r for r in rows if r.get('name') in names and (not ctx.user or r.get('user') == ctx.user) and is_live(r)]
+    rows = newest_live(ctx, ctx.cli.retry(ctx.cli.squeue, ctx.retry_timeout, name=','.join(names), user=ctx.user), names)
     if len(names) > 1:
         result['lookup'] = {'user': ctx.user, 'names': names, 'folder': lock_folder(ctx.params), 'taken_at': taken_at,
                             'records': records, 'jobs': rows}
-    mine = [r for r in rows if r.get('name') == ctx.name]
-    return sorted(mine, key=lambda r: _id_key(r['job_id']), reverse=True)
+    return [r for r in rows if r.get('name') == ctx.name]
 
 
 def record_id(ctx, name=None):
@@ -811,8 +816,7 @@ def shared_lookup(ctx):
             or shared.get('folder') != lock_folder(ctx.params) or ctx.name not in records
             or records.get(ctx.name) != record_id(ctx)):
         return None
-    rows = [dict(r) for r in shared.get('jobs') or [] if isinstance(r, dict) and r.get('name') == ctx.name and is_live(r)]
-    return sorted(rows, key=lambda r: _id_key(r['job_id']), reverse=True)
+    return newest_live(ctx, [dict(r) for r in shared.get('jobs') or [] if isinstance(r, dict)], [ctx.name])
 
 
 def keep_oldest(ctx, job, to_cancel, result):

@@ -45,8 +45,9 @@ class LocalFiles:
             return b''
 
 
-def read_tail(path, files=None, count=20, secrets=()):
-    """The last ``count`` lines of a file on the host, secrets redacted ([] when missing)."""
+def read_tail(path, files=None, count=20, secrets=(), chunk=64 * 1024):
+    """The last ``count`` lines of a file on the host (within its last ``chunk`` bytes), secrets redacted ([] when
+    missing)."""
     files = files or LocalFiles()
     if not path:
         return []
@@ -54,7 +55,6 @@ def read_tail(path, files=None, count=20, secrets=()):
     if st is None:
         return []
     size = st[1]
-    chunk = 64 * 1024
     data = files.read(path, max(0, size - chunk), chunk)
     text = data.decode('utf-8', 'replace') if isinstance(data, bytes) else data
     return sp.tail_lines(sp.redact(text, secrets), count)

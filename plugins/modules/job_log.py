@@ -119,6 +119,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
 
 MAX_READ = 1024 * 1024
 
@@ -186,8 +187,9 @@ def main():
         module.exit_json(**result)
     if params['offset'] is None:
         size = os.path.getsize(path)
-        tail = sp.tail_lines(read_tail_text(path, size), params['lines'])
-        result.update(lines=[sp.redact(line, secrets) for line in tail], offset=size_after_last_line(path, size), size=size)
+        # the offset for a follow: just after the last complete line (a partial one is read again then)
+        unused_lines, offset, size = read_from(path, max(0, size - 4096))
+        result.update(lines=read_tail(path, count=params['lines'], secrets=secrets, chunk=MAX_READ), offset=offset, size=size)
         module.exit_json(**result)
     deadline = time.time() + max(params['wait'], 0)
     lines, offset = [], params['offset']
@@ -199,21 +201,6 @@ def main():
         time.sleep(min(0.5, max(deadline - time.time(), 0)))
     result.update(lines=[sp.redact(line, secrets) for line in lines], offset=offset, size=size)
     module.exit_json(**result)
-
-
-def read_tail_text(path, size):
-    with open(path, 'rb') as handle:
-        handle.seek(max(0, size - MAX_READ))
-        return handle.read(MAX_READ).decode('utf-8', 'replace')
-
-
-def size_after_last_line(path, size):
-    """The offset just after the last newline (a partial last line is read again by the next call)."""
-    with open(path, 'rb') as handle:
-        handle.seek(max(0, size - 4096))
-        data = handle.read(4096)
-    end = data.rfind(b'\n')
-    return size if end < 0 and size == 0 else max(0, size - len(data)) + end + 1
 
 
 if __name__ == '__main__':

@@ -199,6 +199,14 @@ class Bench:
         ended = float(results.pop()['ansible_facts']['bench_end'])
         return results, ended
 
+    def each_user(self, func):
+        """func(kind) for every user at once, in threads; returns when all have."""
+        threads = [threading.Thread(target=func, args=(k,)) for k in self.users]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def cleanup(self):
         for kind, (path, entry) in self.dirs.items():
             sh(['runuser', '-u', entry.pw_name, '--', 'scancel', '-u', entry.pw_name])
@@ -244,11 +252,7 @@ def load(bench, seconds):
                 print(exc)
                 results[kind] = ([{'failed': True}], time.time())
 
-        threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        bench.each_user(run)
         after = rpc_counts()
         for kind, user in bench.users.items():
             (res,), ended = results[kind]
@@ -403,11 +407,7 @@ def long_chain(bench, download, loading, port=41000):
             results[kind] = (None, time.time())
 
     with RpcLog() as log:
-        threads = [threading.Thread(target=run, args=(k,)) for k in bench.users]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        bench.each_user(run)
         after = rpc_counts()
         types = log.by_user(bench.users.values())
     rows = []

@@ -593,10 +593,15 @@ def test_10_two_deploys_at_once_make_one_chain(case):
 # -- 11. a bad GPU: the node is avoided ---------------------------------------------------------------------------
 
 
-def node_of(job_id):
+def job_field(job_id, field):
+    """A field of `scontrol show job` (BatchHost, SubmitTime, StartTime...), None when it is not there."""
     out = root_slurm(['scontrol', 'show', 'job', str(job_id)]).stdout
-    found = [part.split('=', 1)[1] for part in out.split() if part.startswith('BatchHost=')]
+    found = [part.split('=', 1)[1] for part in out.split() if part.startswith(field + '=')]
     return found[0] if found else None
+
+
+def node_of(job_id):
+    return job_field(job_id, 'BatchHost')
 
 
 def both_nodes_idle(case):
@@ -643,9 +648,7 @@ def test_11a_a_bad_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case,
     assert 'nodes avoided (failed the GPU check): node1' in proc.stdout, proc.stdout[-2000:]     # the deploy's summary
 
     def when(job_id, field):
-        value = [p.split('=', 1)[1] for p in root_slurm(['scontrol', 'show', 'job', job_id]).stdout.split()
-                 if p.startswith(field + '=')][0]
-        return time.mktime(time.strptime(value, '%Y-%m-%dT%H:%M:%S'))
+        return time.mktime(time.strptime(job_field(job_id, field), '%Y-%m-%dT%H:%M:%S'))
     gap = when(second, 'SubmitTime') - when(first, 'StartTime')     # Slurm's times, to the second
     assert gap < 15, gap
     healthy = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, second)))

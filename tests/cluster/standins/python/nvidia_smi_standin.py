@@ -135,7 +135,7 @@ def query_gpu(gpus, fields, fmt, headers):
             fail('Field "%s" is not a valid field to query.' % name, 2)
     lines = []
     if not noheader:
-        lines.append(', '.join(headers.get(n, n) if not nounits else headers.get(n, n) for n in names))
+        lines.append(', '.join(headers.get(n, n) for n in names))
     for gpu in gpus:
         values = gpu.values()
         lines.append(', '.join(values[n][1 if nounits else 0] for n in names))
@@ -159,7 +159,7 @@ def query_apps(gpus, fields, fmt):
 
 def table(gpus):
     text = read('nvidia-smi.txt').splitlines()
-    head = [time.strftime('%a %b %e %H:%M:%S %Y').replace('  ', ' ', 0) + '       '] + text[1:8]
+    head = [time.strftime('%a %b %e %H:%M:%S %Y') + '       '] + text[1:8]
     row = text[8:11]
     rule = text[11]
     procs_head = text[12:18]

@@ -121,6 +121,17 @@ def run(monkeypatch, tmp_path):
     return runner
 
 
+def squeue_answers(slurm, answers):
+    """A run_command that answers squeue --local from answers (popped in order, each call recorded) and the rest
+    from slurm."""
+    def call(argv, **kwargs):
+        if argv[:2] == ['/usr/bin/squeue', '--local']:
+            slurm.calls.append((list(argv), kwargs))
+            return answers.pop(0)
+        return slurm(argv, **kwargs)
+    return call
+
+
 LOOKUP = ['/usr/bin/squeue', '--local', '-h', '-n', 'glm-serve', '-u', 'glmuser', '-o', FMT]
 
 
@@ -294,11 +305,7 @@ def test_transient_lookup_error_is_retried(run, monkeypatch):
     answers = [(1, '', fixture('squeue_down.stderr')), (0, '', ''), (0, '', '')]
     slurm = Slurm().on(['/usr/bin/sbatch'], out='5\n').on(['/usr/bin/scontrol', '--local', 'show', 'job', '5'], out=scontrol('5', 'PENDING'))
 
-    def call(argv, **kwargs):
-        if argv[:2] == ['/usr/bin/squeue', '--local']:
-            slurm.calls.append((list(argv), kwargs))
-            return answers.pop(0)
-        return slurm(argv, **kwargs)
+    call = squeue_answers(slurm, answers)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '5'
     assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2  # the lookup, retried (the lock held: no duplicate check)
@@ -461,11 +468,7 @@ def test_duplicate_from_a_concurrent_run_keeps_the_oldest_and_cancels_ours(run):
     slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(['/usr/bin/scancel']).on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4129'], out=scontrol('4129', 'PENDING'))
 
-    def call(argv, **kwargs):
-        if argv[:2] == ['/usr/bin/squeue', '--local']:
-            slurm.calls.append((list(argv), kwargs))
-            return answers.pop(0)
-        return slurm(argv, **kwargs)
+    call = squeue_answers(slurm, answers)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'duplicate_check': 'always'}, call)
     assert ok and result['job_id'] == '4129' and result['cancelled'] == ['4130'] and result['submitted'] is False
     assert slurm.argvs('scancel') == [['/usr/bin/scancel', '4130']]
@@ -477,10 +480,7 @@ def test_duplicate_check_keeps_ours_when_it_is_the_oldest(run):
     slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4130'], out=scontrol('4130', 'PENDING'))
 
-    def call(argv, **kwargs):
-        if argv[:2] == ['/usr/bin/squeue', '--local']:
-            return answers.pop(0)
-        return slurm(argv, **kwargs)
+    call = squeue_answers(slurm, answers)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'duplicate_check': 'always'}, call)
     assert ok and result['job_id'] == '4130' and result['cancelled'] == [] and slurm.argvs('scancel') == []
     assert not answers                                                  # both listings were made
@@ -498,11 +498,7 @@ def test_duplicate_check_by_default_only_when_the_lock_could_not_be_taken(run, m
     slurm = Slurm().on(['/usr/bin/sbatch'], out='4130\n').on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4130'], out=scontrol('4130', 'PENDING'))
 
-    def call(argv, **kwargs):
-        if argv[:2] == ['/usr/bin/squeue', '--local']:
-            slurm.calls.append((list(argv), kwargs))
-            return answers.pop(0)
-        return slurm(argv, **kwargs)
+    call = squeue_answers(slurm, answers)
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '4130'
     assert len(slurm.argvs('squeue')) == (2 if lock_works else 3)    # --version, the lookup (and the check)
