@@ -29,7 +29,8 @@ except ImportError:  # pragma: no cover - not POSIX
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
-from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed
+from ansible_collections.glm.serve.plugins.module_utils import serve_progress
+from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed, describe, read_tail
 from ansible_collections.glm.serve.plugins.module_utils.wait_policy import WaitPolicy
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 
@@ -559,13 +560,35 @@ def policy(params, timeout=None):
     return WaitPolicy(timeout=params['wait_timeout'] if timeout is None else timeout, cap=params['wait_sleep'])
 
 
-def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hints=()):
-    """Wait for ``target`` (a job_waiter.Target); fill ``result`` with what the wait saw, also when it fails."""
+def progress_reader(ctx, waiter, secrets=()):
+    """A serve_progress.Progress over the waiter's jobs (their output files) and the ``progress`` option's model
+    directory; the download sample of the last slice gives the rate."""
+    spec = ctx.params.get('progress') or {}
+    resume = ctx.params.get('wait_resume') or {}
+
+    def read_log(job):
+        path = waiter.output_paths.get(job.get('job_id')) or job.get('output_path')
+        return '\n'.join(read_tail(path, ctx.files, count=400, secrets=secrets, chunk=32 * 1024)) if path else ''
+
+    return serve_progress.Progress(model_dir=spec.get('model_dir'), read_log=read_log, sample=resume.get('sample'))
+
+
+def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hints=(), snapshot=None):
+    """Wait for ``target`` (a job_waiter.Target); fill ``result`` with what the wait saw, also when it fails.
+
+    With the module's ``wait_slice``, waits at most that long (less when the deploy's phase changes) and returns None
+    when the wait is not over; ``result`` then holds ``resume`` (the waiter's snapshot, for the next slice) and
+    ``progress``, the line that says where the deploy stands. ``snapshot``: the last slice's, to go on from."""
     waiter = JobWaiter(ctx.cli, target, policy=policy(ctx.params, timeout), clock=ctx.clock, files=ctx.files,
                        secrets=secrets, on_event=lambda event: ctx.log('slurm_job wait: %s' % event['line']),
                        until_gone=until_gone, cancel_dead=ctx.params.get('kill_on_invalid_dep', True) and not until_gone)
+    slice_seconds = ctx.params.get('wait_slice') or None
+    progress = progress_reader(ctx, waiter, secrets) if slice_seconds and not until_gone else None
+    if snapshot is not None and not waiter.restore(snapshot):
+        ctx.warn('the wait_resume given does not fit job %s (another version or job): waiting afresh' % target.job_id)
     try:
-        outcome = waiter.wait()
+        outcome = waiter.wait(slice_seconds=slice_seconds,
+                              phase=(lambda: progress.phase(waiter.chain(target))) if progress else None)
     except WaitFailed as exc:
         exc.hints = matching_hints(hints, exc)
         if exc.hints:
@@ -583,7 +606,22 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
             result['endpoint'] = endpoint
         if exc.log_tail:
             result['log_tail'] = exc.log_tail
+        if progress is not None:
+            result['wait_done'] = True
+            result['phase'] = 'failed'
+            result['progress'] = 'failed: %s' % exc.summary
         raise
+    if outcome is None:
+        # the slice is over, the wait is not
+        chain = waiter.chain(target)
+        fill_job(result, chain[-1])
+        result['chain'] = chain_entries(chain)
+        result['events'] = list(waiter.events)
+        result['duration'] = round(ctx.clock.now() - waiter.start, 3)
+        said = progress.describe(chain)
+        result.update(wait_done=False, phase=said['phase'], progress=said['line'],
+                      resume={'job_id': target.job_id, 'waiter': waiter.snapshot(), 'sample': said['sample']})
+        return None
     fill_job(result, outcome['job'])
     if outcome.get('output_path'):
         result['output_path'] = outcome['output_path']
@@ -594,6 +632,12 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
         result['endpoint'] = outcome['endpoint']
         result['models'] = outcome['models']
         result['max_model_len'] = outcome['max_model_len']
+    if progress is not None:
+        said = progress.describe(outcome['chain'], ready=target.probe is not None and bool(outcome.get('endpoint')),
+                                 endpoint=outcome.get('endpoint'), model=target.probe.model if target.probe else None)
+        if target.probe is None:
+            said = {'phase': 'ready', 'line': 'done: %s' % describe(outcome['job'])}
+        result.update(wait_done=True, phase=said['phase'], progress=said['line'])
     return outcome
 
 
@@ -661,40 +705,59 @@ def write_script(ctx, result):
 
 def present(ctx):
     """Write the script (``script_content``), adopt or submit the job (``name`` + user, or ``job_id``), then wait
-    for it and set its end time."""
+    for it and set its end time. With ``wait_resume`` (the ``resume`` of the last slice of a sliced wait), only
+    go on waiting for that job: no script, no lookup, no submission."""
     params = ctx.params
     result = base_result(ctx)
     hints = compile_hints(params.get('hints'))
     waits = params.get('wait') and not ctx.check_mode
     probe, secrets = make_probe(params.get('probe')) if waits else (None, ())
+    resume = params.get('wait_resume') if waits else None
     try:
-        write_script(ctx, result)
-        job = adopt_by_id(ctx) if params.get('job_id') else adopt_or_submit(ctx, result)
-        if job is not None and job.get('job_id'):
-            result['job_id'] = job['job_id']
-            if not ctx.check_mode or not result['submitted']:
-                job = details(ctx, job)
-            fill_job(result, job)
-            result['chain'] = chain_entries([job])
+        if resume:
+            if not resume.get('job_id'):
+                raise ActionError('wait_resume must be the resume value a slice of this task returned (it has no job_id)')
+            result['job_id'] = str(resume['job_id'])
+            result['bad_nodes'] = list(resume.get('bad_nodes') or [])
+            if resume.get('excluded_nodes'):
+                result['excluded_nodes'] = list(resume['excluded_nodes'])
+            job = {'job_id': result['job_id']}
+        else:
+            write_script(ctx, result)
+            job = adopt_by_id(ctx) if params.get('job_id') else adopt_or_submit(ctx, result)
+            if job is not None and job.get('job_id'):
+                result['job_id'] = job['job_id']
+                if not ctx.check_mode or not result['submitted']:
+                    job = details(ctx, job)
+                fill_job(result, job)
+                result['chain'] = chain_entries([job])
         if waits and result['job_id']:
-            known = job
-            if result['submitted'] and _dependency_ids(params) and not job.get('reason'):
+            known = None if resume else job
+            if not resume and result['submitted'] and _dependency_ids(params) and not job.get('reason'):
                 # just submitted after other jobs: PENDING (Dependency) until Slurm says otherwise, so the first
                 # round asks the parents only (the job's own file, or the next round, tells when it starts)
                 known = dict(job, reason=sp.DEPENDENCY)
-            attempt = 0
+            attempt = int(resume.get('attempt') or 0) if resume else 0
+            snapshot = resume.get('waiter') if resume else None
             while True:
                 target = Target(result['job_id'], success=params.get('wait_condition') or ['RUNNING'],
                                 parents=_dependency_ids(params), probe=probe, known=known)
                 try:
-                    job = run_wait(ctx, result, target, secrets=secrets, hints=hints)['job']
+                    outcome = run_wait(ctx, result, target, secrets=secrets, hints=hints, snapshot=snapshot)
+                    if outcome is None:
+                        result['resume'].update(attempt=attempt, bad_nodes=result.get('bad_nodes') or [],
+                                                excluded_nodes=result.get('excluded_nodes') or [])
+                        job = None
+                    else:
+                        job = outcome['job']
                     break
                 except WaitFailed as exc:
                     if not params.get('bad_nodes') or not avoid_and_retry(ctx, result, exc, result['job_id'], attempt):
                         raise
                 attempt += 1
-                result.pop('hints', None)
-                result.pop('log_tail', None)
+                snapshot = None
+                for key in ('hints', 'log_tail', 'wait_done', 'phase', 'progress'):
+                    result.pop(key, None)
                 job = known = adopt_or_submit(ctx, result)
                 result['job_id'] = job['job_id']
                 if not job.get('output_path'):

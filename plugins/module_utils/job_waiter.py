@@ -19,6 +19,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import wait_rules as wr
@@ -28,6 +30,9 @@ from ansible_collections.glm.serve.plugins.module_utils.wait_signals import (
     LocalFiles, OutputSignals, OutputWatcher, PortSignal, Signal, read_tail)
 from ansible_collections.glm.serve.plugins.module_utils.wait_rules import (
     STATE_MEANINGS, WaitFailed, chain_summary, describe, never_satisfiable, waiting_for_node)
+
+#: the version of :meth:`JobWaiter.snapshot`'s layout; a snapshot of another version is not resumed
+SNAPSHOT_VERSION = 1
 
 __all__ = ['JobWaiter', 'Target', 'WaitPolicy', 'WaitFailed', 'OutputWatcher', 'LocalFiles', 'Signal', 'read_tail',
            'describe', 'chain_summary', 'never_satisfiable', 'waiting_for_node', 'STATE_MEANINGS']
@@ -90,19 +95,34 @@ class JobWaiter:
         self.last_error = None
         self.start = None
         self.covered = False       # the last round found every event covered (rounds a backstop apart)
+        self.schedule = None       # the PollSchedule, once the wait started
+        self.last_event = None     # the last event's text before a restore (not repeated)
         for target in self.targets:
             if target.known:
                 self.jobs[target.job_id] = dict(target.known)
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def wait(self):
-        """Returns the result of the first target (with ``targets``: every target's); raises WaitFailed."""
-        self.start = self.clock.now()
+    def wait(self, slice_seconds=None, phase=None, phase_every=2.0):
+        """Returns the result of the first target (with ``targets``: every target's); raises WaitFailed.
+
+        With ``slice_seconds``, waits at most that long and returns None when the wait is not over: either the
+        slice is up, or ``phase()`` (asked at most every ``phase_every`` seconds, costs no controller call) gave
+        another value than at the slice's start. :meth:`snapshot` then holds all the wait knows, and a new waiter
+        given it through :meth:`restore` goes on where this one stopped: its first round comes when this one's
+        would have, so a wait cut into slices asks the controller no more than one wait in one piece.
+        """
+        now = self.clock.now()
+        if self.start is None:
+            self.start = now
+            for target in self.targets:
+                target.port = PortSignal(target.probe, self.policy.probe_interval, self.start) if target.probe else None
+            self.schedule = PollSchedule(self.policy, self._first_round())
         deadline = self.start + self.policy.timeout
-        for target in self.targets:
-            target.port = PortSignal(target.probe, self.policy.probe_interval, self.start) if target.probe else None
-        schedule = PollSchedule(self.policy, self._first_round())
+        schedule = self.schedule
+        slice_end = now + slice_seconds if slice_seconds else None
+        start_phase = phase() if phase else None
+        phase_at = now + phase_every
         while not self._all_succeeded():
             now = self.clock.now()
             if schedule.due(now):
@@ -122,8 +142,104 @@ class JobWaiter:
                 if self._last_round(schedule, now):
                     break
                 self._fail_timeout()
-            self.clock.sleep(max(0.0, schedule.wake(now, deadline, self._wake_times(now)) - now))
+            if slice_end is not None:
+                if now >= slice_end:
+                    return None
+                if phase and now >= phase_at:
+                    phase_at = now + phase_every
+                    if phase() != start_phase:
+                        return None
+            wake = schedule.wake(now, deadline, self._wake_times(now))
+            if slice_end is not None:
+                wake = min(wake, slice_end, phase_at if phase else slice_end)
+            self.clock.sleep(max(0.0, wake - now))
         return self._result()
+
+    # -- cutting a wait into slices --------------------------------------------------------------
+
+    def _wall(self):
+        wall = getattr(self.clock, 'wall', None)
+        return wall() if wall else time.time()
+
+    def snapshot(self):
+        """All the wait knows, as plain data (JSON): the rows, the schedule, the output files' positions, the
+        ports' last answers. Times are kept relative to the wall clock, so another process can go on."""
+        now = self.clock.now()
+
+        def rel(value):
+            return None if value is None else round(value - now, 3)
+
+        schedule = self.schedule
+        return {
+            'version': SNAPSHOT_VERSION,
+            'wall': self._wall(),
+            'elapsed': round(now - self.start, 3),
+            'schedule': {'interval': schedule.interval, 'gap': schedule.gap, 'next_round': rel(schedule.next_round),
+                         'trigger_at': rel(schedule.trigger_at), 'last_round': rel(schedule.last_round)},
+            'covered': self.covered,
+            'last_error': self.last_error,
+            'last_event': self.events[-1].split(' ', 1)[1] if self.events else self.last_event,
+            'jobs': self.jobs,
+            'output_paths': self.output_paths,
+            'watchers': dict((job_id, {'path': w.path, 'state': list(w.state) if w.state else None, 'offset': w.offset,
+                                       'appeared': w.appeared, 'grew_at': rel(w.grew_at),
+                                       'stall_reported': w.stall_reported})
+                             for job_id, w in self.outputs.watchers.items()),
+            'targets': [{
+                'job_id': t.job_id, 'parent_ids': t.parent_ids, 'verdict': t.verdict, 'skipped': t.skipped,
+                'parent_changed': t.parent_changed, 'own_signal': t.own_signal, 'summary': t.summary,
+                'requeue': {'ran': t.requeue.ran, 'restarts': t.requeue.restarts},
+                'port': None if t.port is None else {
+                    'next_check': rel(t.port.next_check), 'endpoint': t.port.endpoint,
+                    'last': None if t.port.last is None else {
+                        'status': t.port.last.status, 'detail': t.port.last.detail, 'answered': t.port.last.answered}},
+            } for t in self.targets],
+        }
+
+    def restore(self, snap):
+        """Go on from a :meth:`snapshot` (of a waiter for the same targets). False, changing nothing, when the
+        snapshot does not fit (another version, other jobs): the wait then starts afresh."""
+        if not isinstance(snap, dict) or snap.get('version') != SNAPSHOT_VERSION or \
+                [t.get('job_id') for t in snap.get('targets') or []] != [t.job_id for t in self.targets]:
+            return False
+        now = self.clock.now()
+        base = now - max(0.0, self._wall() - float(snap['wall']))
+
+        def at(value):
+            return None if value is None else base + float(value)
+
+        self.start = base - float(snap['elapsed'])
+        sched = snap['schedule']
+        self.schedule = PollSchedule(self.policy, at(sched['next_round']))
+        self.schedule.interval, self.schedule.gap = sched['interval'], sched['gap']
+        self.schedule.trigger_at, self.schedule.last_round = at(sched['trigger_at']), at(sched['last_round'])
+        self.covered = snap['covered']
+        self.last_error = snap['last_error']
+        self.last_event = snap.get('last_event')
+        self.jobs = dict(snap['jobs'])
+        self.output_paths = dict(snap['output_paths'])
+        for job_id, saved in snap['watchers'].items():
+            watcher = self.outputs.watch(job_id, saved['path'])
+            watcher.state = tuple(saved['state']) if saved['state'] else None
+            watcher.offset = saved['offset']
+            watcher.appeared = saved['appeared']
+            watcher.grew_at = at(saved['grew_at'])
+            watcher.stall_reported = saved['stall_reported']
+        for target, saved in zip(self.targets, snap['targets']):
+            target.parent_ids = list(saved['parent_ids'])
+            target.verdict, target.skipped, target.summary = saved['verdict'], saved['skipped'], saved['summary']
+            target.parent_changed, target.own_signal = saved['parent_changed'], saved['own_signal']
+            target.requeue.ran, target.requeue.restarts = saved['requeue']['ran'], saved['requeue']['restarts']
+            target.known = None
+            if target.probe is not None:
+                port = target.port = PortSignal(target.probe, self.policy.probe_interval, self.start)
+                if saved['port']:
+                    port.next_check = at(saved['port']['next_check'])
+                    port.endpoint = saved['port']['endpoint']
+                    last = saved['port']['last']
+                    if last:
+                        port.last = mp.ProbeResult(last['status'], last['detail'], last['answered'])
+        return True
 
     def _first_round(self):
         """When the first round is due: at once, unless every target came with fresh details (decided now)."""
@@ -175,7 +291,8 @@ class JobWaiter:
         return self.clock.now() - self.start
 
     def _event(self, text):
-        if self.events and self.events[-1].split(' ', 1)[1] == text:
+        last = self.events[-1].split(' ', 1)[1] if self.events else self.last_event
+        if last == text:
             return
         elapsed = self._elapsed()
         line = '+%.1fs %s' % (elapsed, text)

@@ -195,6 +195,7 @@ def scontrol_to_job(record):
         'batch_host': _clean(record.get('BatchHost', '')),
         'restarts': _clean(record.get('Restarts', '')),
         'submit_time': _clean(record.get('SubmitTime', '')),
+        'start_time': _clean(record.get('StartTime', '')),
     }
 
 

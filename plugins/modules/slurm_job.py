@@ -219,6 +219,34 @@ options:
       - With O(state=absent), the job to cancel (instead of looking it up by name).
       - With O(state=present), adopt this job instead of submitting; report it, wait for it, probe it, set its O(end_time).
     type: str
+  wait_slice:
+    description:
+      - With O(wait), wait at most this many seconds in this call, and less when the deploy moves to another phase
+        (RV(phase)); V(0) waits in one piece.
+      - A slice that ends before the wait is over returns RV(wait_done=false), a one-line RV(progress) and RV(resume);
+        give that RV(resume) to the next call as O(wait_resume), in a loop, to go on. Between slices nothing runs on the
+        host, and the next slice's first controller call comes when the last slice's would have, so a wait in slices
+        asks slurmctld no more than one in a piece.
+      - See the server role's wait (C(loop) with C(loop_control.label) and C(loop_control.break_when)), which prints
+        RV(progress) as each slice ends.
+    type: int
+    default: 0
+  wait_resume:
+    description:
+      - The RV(resume) the last slice returned. The call then only goes on waiting for that job (RV(resume.job_id)):
+        it writes no script, looks nothing up and submits nothing, except again after a failure on a bad node
+        (O(bad_nodes)).
+    type: dict
+  progress:
+    description:
+      - What the progress line reads besides the jobs and their output files.
+    type: dict
+    suboptions:
+      model_dir:
+        description:
+          - The model directory the download job fills; its size against the total the job writes there
+            (C(.glm-serve-download.json)) gives the download's GB done, rate and ETA.
+        type: path
   end_time:
     description:
       - With O(state=present), the time the running job must end, C(YYYY-MM-DDTHH:MM:SS) in the cluster's time zone,
@@ -382,6 +410,31 @@ hints:
   returned: on failure, when a hint matched
   type: list
   elements: str
+wait_done:
+  description: With O(wait_slice), whether the wait is over (ready, or failed); false when the slice ended first.
+  returned: with O(wait_slice) and O(wait)
+  type: bool
+phase:
+  description:
+    - Where the deploy stands, with O(wait_slice) - V(queued), V(saving) (the container image), V(downloading),
+      V(starting), V(loading), V(capturing), V(warming), V(ready), V(ended) or V(failed).
+  returned: with O(wait_slice) and O(wait)
+  type: str
+  sample: downloading
+progress:
+  description: The phase in one line, with its figures (the download's GB done of the total, rate and ETA; the
+    shards loaded; Slurm's reason and expected start of a queued job).
+  returned: with O(wait_slice) and O(wait)
+  type: str
+  sample: "downloading: 120.4 of 328.0 GB (36%), 310 MB/s, ETA 11 min (job 41 on node2)"
+resume:
+  description: What the next slice needs to go on (O(wait_resume)); plain data, no secret.
+  returned: when a slice ended before the wait was over
+  type: dict
+  contains:
+    job_id:
+      description: The job waited for.
+      type: str
 bad_nodes:
   description: The nodes this run put on the O(bad_nodes.file) list, in order, with the cause and the job that failed there.
   returned: when a job failed for a reason of its node
@@ -541,6 +594,9 @@ def argument_spec():
         wait_condition=dict(type='list', elements='str', default=['RUNNING'], choices=list(sp.WAIT_STATES)),
         wait_timeout=dict(type='int', default=600),
         wait_sleep=dict(type='int', default=60),
+        wait_slice=dict(type='int', default=0),
+        wait_resume=dict(type='dict'),
+        progress=dict(type='dict', options=dict(model_dir=dict(type='path'))),
         probe=dict(type='dict', options=job_actions.probe_options()),
         retry_timeout=dict(type='int', default=120),
     )

@@ -25,7 +25,13 @@ def test_fresh_download_is_complete(tmp_path):
     local = tmp_path / "GLM"
     result = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], tmp_path / "control")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.rstrip("\n").split("\n")[-1] == str(local)
+    # as huggingface_hub 1.33 prints it into a file: the end on stdout, the file-count bar on stderr
+    assert result.stdout == "\x1b[32m\u2713 Downloaded\x1b[0m\n  path: %s\n" % local
+    # (text mode turns tqdm's carriage returns into newlines)
+    segments = [s for s in result.stderr.split("\n") if s]
+    assert segments[0] == "Fetching 13 files:   0%|          | 0/13 [00:00<?, ?it/s]"
+    assert [s.split("|")[2].split()[0] for s in segments] == ["%d/13" % i for i in range(14)] + ["13/13"]
+    assert segments[-1].startswith("Fetching 13 files: 100%|\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588\u2588| 13/13 [")
     index = json.loads((local / "model.safetensors.index.json").read_text(encoding="utf-8"))
     assert sorted(set(index["weight_map"].values())) == SHARDS
     for name in SHARDS + ["config.json", "tokenizer.json", "generation_config.json"]:
@@ -47,7 +53,7 @@ def test_rerun_skips_complete_files_and_refetches_missing(tmp_path):
     assert run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control).returncode == 0
     again = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
     assert again.returncode == 0
-    assert "Skipping '%s'" % SHARDS[0] in again.stdout
+    assert "13/13" in again.stderr
     assert len(fetched(local)) == 13  # nothing fetched the second time
     (local / SHARDS[4]).unlink()
     third = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
@@ -78,7 +84,7 @@ def test_kill_leaves_incomplete_then_rerun_resumes(tmp_path):
         assert not (local / partial[0][:-len(".incomplete")]).exists()
     done = run_hf(["download", SEED_MODEL, "--local-dir", str(local)], control)
     assert done.returncode == 0, done.stderr
-    assert "Resuming download of 'config.json'" in done.stdout
+    assert fetched(local)[0] == "fetched config.json"   # the partial file was finished, not restarted elsewhere
     assert incomplete(local) == []
     assert len(fetched(local)) == 13
 
@@ -131,3 +137,22 @@ def test_wrapper_on_path_runs_the_standin(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "%s\n" % local
     assert len(fetched(local)) == 13
+
+
+def test_dry_run_lists_what_is_left_and_downloads_nothing(tmp_path):
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    first = run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--dry-run"], control)
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.split("\n")
+    assert lines[0] == "[dry-run] Will download 13 files (out of 13) totalling 2.1M."
+    assert lines[1].split() == ["FILE", "SIZE"]
+    assert fetched(local) == []
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--include", "model-0000[1-3]*"], control).returncode == 0
+    listing = run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--dry-run", "--format", "json"], control)
+    entries = json.loads(listing.stdout)
+    assert len(entries) == 13
+    left = dict((e["file"], e["size"]) for e in entries)
+    assert left[SHARDS[0]] is None and left[SHARDS[3]] == 256 * 1024
+    assert [k for k, v in left.items() if v is None] == SHARDS[:3]
+    assert sum(v for k, v in left.items() if k in SHARDS and v) == 5 * 256 * 1024

@@ -7,13 +7,23 @@ moved into place when complete, with a NAME.metadata file beside it; complete fi
 an interrupted file stays .incomplete and a rerun resumes it from where it stopped. The files are
 config.json, generation_config.json, tokenizer.json, tokenizer_config.json, model.safetensors.index.json
 (whose weight_map names every shard) and the shards model-0000K-of-0000N.safetensors.
+OUTPUT: as huggingface_hub 1.33's CLI prints it when stdout and stderr are a file (a Slurm log): nothing on
+stdout while it runs; on stderr the tqdm bar "Fetching N files" (the only bar tqdm shows on a non-terminal:
+huggingface_hub/_snapshot_download.py L407-409, L522-528 at v1.28.0; the byte bars are created with
+disable=None, which tqdm turns off without a terminal), one carriage-return segment per finished or skipped
+file, a newline when it closes; at the end, on stdout, "\x1b[32m✓ Downloaded\x1b[0m" and "  path: DIR"
+(cli/download.py; the colour codes stay in a file). With -q/--quiet (a global flag, accepted anywhere), stdout
+is DIR alone. --dry-run (cli/download.py L80-85, L202-223) downloads nothing and prints
+"[dry-run] Will download K files (out of N) totalling 120.0M." and a FILE/SIZE table (sizes rounded with
+_format_size, "-" for files already there), or with --format json a list of {"file", "size"} (size in bytes,
+null for files already there).
 WHAT IT DOES NOT DO: no network, no Hub cache (--local-dir is required), no authentication, no parallel
 downloads (--max-workers is accepted and ignored: files are fetched one after the other, in name order as
 the Hub lists them), no real safetensors content (the shard bytes are deterministic filler).
 
 Usage: hf download REPO [FILENAMES ...] --local-dir DIR [--revision R] [--max-workers N]
            [--include P ...] [--exclude P ...] [--repo-type model] [--token T] [--cache-dir D]
-           [--force-download] [--quiet]
+           [--force-download] [--dry-run] [-q|--quiet] [--format auto|human|agent|json|quiet] [--json]
 Unknown flags: usage error, exit 2 (like argparse).
 
 SWITCHES: each is read from the environment variable, else from a file of that name in the control
@@ -129,13 +139,9 @@ def fetch(args, name, size, data, state):
     target = os.path.join(local_dir, name)
     incomplete = os.path.join(dl_dir, name + ".incomplete")
     os.makedirs(os.path.dirname(incomplete), exist_ok=True)
-    if not args.quiet:
-        print("Downloading '%s' to '%s'" % (name, incomplete), flush=True)
     done = os.path.getsize(incomplete) if os.path.exists(incomplete) else 0
     if done > size:
         done = 0
-    if done and not args.quiet:
-        print("Resuming download of '%s' from %d bytes" % (name, done), flush=True)
     fail_after = state["fail_after"]
     nospace_after = state["nospace_after"]
     failing = None
@@ -187,6 +193,58 @@ def selected(name, args):
     return True
 
 
+BAR_PARTS = " \u258f\u258e\u258d\u258c\u258b\u258a\u2589"
+
+
+def tqdm_clock(seconds):
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return "%d:%02d:%02d" % (hours, minutes, seconds) if hours else "%02d:%02d" % (minutes, seconds)
+
+
+def tqdm_segment(desc, n, total, elapsed):
+    """One segment of tqdm's default meter on a non-terminal (10 cells): tqdm.std.tqdm.format_meter."""
+    frac = n / total if total else 0
+    cells = frac * 10
+    full = int(cells)
+    bar = "\u2588" * full
+    if full < 10:
+        bar += BAR_PARTS[int((cells - full) * 8)] if cells > full else " "
+        bar += " " * (10 - len(bar))
+    if n and elapsed > 0:
+        rate = n / elapsed
+        rate_text = ("%5.2fit/s" % rate) if rate >= 1 else ("%5.2fs/it" % (1 / rate))
+        remaining = tqdm_clock((total - n) / rate)
+    else:
+        rate_text, remaining = "?it/s", "?"
+    return "\r%s: %3d%%|%s| %d/%d [%s<%s, %s]" % (desc, frac * 100, bar, n, total, tqdm_clock(elapsed), remaining, rate_text)
+
+
+def size_text(size):
+    """huggingface_hub.utils._cache_manager._format_size: 1000-based, one decimal."""
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(size) < 1000.0 or unit == "T":
+            return "%3.1f%s" % (size, unit)
+        size /= 1000.0
+    return "%3.1fT" % size
+
+
+def dry_run(args, files):
+    todo = dict((name, size) for name, (size, _data) in files.items()
+                if args.force_download or not is_complete(args.local_dir, name, size))
+    if args.format == "json":
+        print(json.dumps([{"file": name, "size": todo.get(name)} for name in files]), flush=True)
+        return 0
+    print("[dry-run] Will download %d files (out of %d) totalling %s." % (len(todo), len(files), size_text(sum(todo.values()))))
+    width = max([len("FILE")] + [len(name) for name in files])
+    print("%s  SIZE" % "FILE".ljust(width))
+    print("%s  %s" % ("-" * width, "-" * 6))
+    for name in files:
+        print("%s  %s" % (name.ljust(width), size_text(todo[name]) if name in todo else "-"))
+    sys.stdout.flush()
+    return 0
+
+
 def download(args):
     if not args.local_dir:
         sys.stderr.write("hf stand-in: only --local-dir downloads are simulated; give --local-dir DIR\n")
@@ -206,24 +264,29 @@ def download(args):
     os.makedirs(cache, exist_ok=True)
     with open(os.path.join(cache, ".gitignore"), "w", encoding="utf-8") as handle:
         handle.write("*\n")
-    if not args.quiet:
-        print("Fetching %d files for %s (revision %s) into %s" % (len(files), args.repo_id, args.revision or "main", args.local_dir),
-              flush=True)
+    if args.dry_run:
+        return dry_run(args, files)
     total = len(files)
+    desc = "Fetching %d files" % total
+    started = time.time()
+    sys.stderr.write(tqdm_segment(desc, 0, total, 0))
+    sys.stderr.flush()
     try:
         for index, (name, (size, data)) in enumerate(files.items(), 1):
-            if not args.force_download and is_complete(args.local_dir, name, size):
-                if not args.quiet:
-                    print("Skipping '%s': already downloaded in %s" % (name, args.local_dir), flush=True)
-            else:
+            if args.force_download or not is_complete(args.local_dir, name, size):
                 fetch(args, name, size, data, state)
-            if not args.quiet:
-                print("Fetching %d files: %3d%% %d/%d" % (total, index * 100 // total, index, total), flush=True)
+            sys.stderr.write(tqdm_segment(desc, index, total, time.time() - started))
+            sys.stderr.flush()
     except StandinFailure as failure:
-        sys.stdout.flush()
-        sys.stderr.write("%s\n" % failure)
+        sys.stderr.write("\n%s\n" % failure)
         return 1
-    print(args.local_dir, flush=True)
+    # tqdm's close: the last segment again, then a newline
+    sys.stderr.write(tqdm_segment(desc, total, total, time.time() - started) + "\n")
+    sys.stderr.flush()
+    if args.quiet:
+        print(args.local_dir, flush=True)
+    else:
+        print("\x1b[32m\u2713 Downloaded\x1b[0m\n  path: %s" % args.local_dir, flush=True)
     return 0
 
 
@@ -246,8 +309,14 @@ def main(argv=None):
     dl.add_argument("--token")
     dl.add_argument("--cache-dir")
     dl.add_argument("--force-download", action="store_true")
-    dl.add_argument("--quiet", action="store_true")
+    dl.add_argument("--dry-run", action="store_true")
+    # the global output flags, which the real CLI accepts anywhere (cli/_cli_utils.py L485-490)
+    dl.add_argument("-q", "--quiet", action="store_true")
+    dl.add_argument("--format", choices=["auto", "human", "agent", "json", "quiet"], default="auto")
+    dl.add_argument("--json", dest="format", action="store_const", const="json")
     args = parser.parse_args(argv)
+    if args.format == "quiet":
+        args.quiet = True
     if args.command != "download":
         parser.print_usage(sys.stderr)
         sys.stderr.write("hf: error: the stand-in only implements `hf download`\n")

@@ -493,3 +493,68 @@ def test_waiting_for_a_free_node_is_progress_and_the_timeout_says_how_to_cancel(
         waiter.wait()
     assert any('waiting for a free node' in e for e in waiter.events)
     assert 'stays queued and starts when a node frees' in err.value.msg and 'scancel 2' in err.value.msg
+
+
+def _growing(start, end, step=5, prefix='dl'):
+    """A log that grows by one line every ``step`` seconds from ``start`` to ``end``."""
+    return [(t, ''.join('%s %d\n' % (prefix, i) for i in range(int((t - start) // step) + 1)))
+            for t in range(int(start), int(end), step)]
+
+
+def _sliced_chain(slice_seconds, phase=None):
+    """The 12-minute chain of the bench (480 s download, 240 s loading, the server answers at 725 s), waited for
+    whole (slice_seconds None) or in slices, each a new waiter restored from the last one's JSON snapshot."""
+    import json
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (480, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (480.5, job('2', 'RUNNING', nodes='node1'))],
+    }
+    files = {'/w/job1.out': _growing(0, 481), '/w/job2.out': _growing(480.5, 800, prefix='load')}
+    clock = FakeClock()
+    cli = FakeCli(clock, timeline)
+    fs = FakeFiles(clock, files)
+    probe = FakeProbe(clock, ready_at=725)
+    snap, slices, result = None, 0, None
+    while result is None:
+        target = jw.Target('2', parents=['1'], probe=probe,
+                           known=None if snap else job('2', 'PENDING', reason='Dependency', dependency='afterok:1'))
+        waiter = jw.JobWaiter(cli, target, policy=jw.WaitPolicy(timeout=3600, cap=60), clock=clock, files=fs)
+        if snap is not None:
+            assert waiter.restore(json.loads(json.dumps(snap)))
+            clock.t += 0.7   # the module's start-up between two slices
+        result = waiter.wait(slice_seconds=slice_seconds, phase=phase and (lambda: phase(waiter)))
+        slices += 1
+        if result is None:
+            snap = waiter.snapshot()
+    return result, cli, clock, slices
+
+
+def test_a_wait_cut_into_slices_asks_the_controller_no_more_than_a_whole_one():
+    whole, whole_cli, whole_clock, _ = _sliced_chain(None)
+    sliced, cli, clock, slices = _sliced_chain(60)
+    assert whole['endpoint'] == sliced['endpoint'] == 'http://node1:30000'
+    assert slices >= 12                       # about one slice a minute over the 12-minute chain
+    assert len(cli.calls) <= len(whole_cli.calls), (cli.calls, whole_cli.calls)
+    assert len(cli.calls) <= 12, cli.calls    # the figure of the bench: at most one round a minute
+    assert clock.t - 725 <= 2 and whole_clock.t - 725 <= 2
+
+
+def test_a_slice_ends_early_when_the_phase_changes():
+    # the phase: which job runs; the slices end within 2 s of the download's end, not at their full minute
+    sliced, cli, clock, slices = _sliced_chain(600, phase=lambda w: tuple(sorted(
+        i for i, j in w.jobs.items() if j.get('state') == 'RUNNING')))
+    assert sliced['endpoint'] == 'http://node1:30000'
+    assert 2 <= slices <= 4, slices
+
+
+def test_a_snapshot_of_other_jobs_is_not_resumed():
+    waiter, cli, clock = make({'2': [(0, job('2', 'PENDING', reason='Priority')), (5, job('2', 'RUNNING', nodes='n1'))]})
+    assert waiter.wait(slice_seconds=2) is None
+    snap = waiter.snapshot()
+    other = jw.JobWaiter(cli, jw.Target('3'), clock=clock)
+    assert not other.restore(snap)
+    assert not other.restore(dict(snap, version=0))
+    again = jw.JobWaiter(cli, jw.Target('2'), clock=clock, files=waiter.files)
+    assert again.restore(snap)
+    assert again.wait()['job']['state'] == 'RUNNING'

@@ -1,0 +1,270 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Where a deploy stands, in one line: the phase of the download + server chain and its progress.
+
+Read from what costs slurmctld nothing: the jobs' rows the waiter already has (state, Slurm's reason, the expected
+start), the end of the jobs' output files, and the model directory on the shared filesystem (its size against the
+total the download job wrote next to it, ``.glm-serve-download.json``). Used by the sliced wait of
+``glm.serve.slurm_job`` (a line per slice) and by ``glm.serve.deploy_progress`` (the status playbook's line).
+
+The phases, in order: ``queued``, ``saving`` (the container image), ``downloading``, ``starting`` (the server job
+runs, nothing loaded yet), ``loading`` (the weights), ``capturing`` (CUDA graphs), ``warming`` (the HTTP server is
+up, its warm-up request runs), ``ready``; ``ended`` when the job waited for is over.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import time
+
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+
+#: the file the download job writes next to the weights: the repository's total size, and what was there at start
+TOTAL_FILE = '.glm-serve-download.json'
+
+#: the download job's own marker lines (download.sbatch echoes them)
+SAVING_RE = re.compile(r'^\[glm\.serve\] saving the container image')
+DOWNLOADING_RE = re.compile(r'^\[glm\.serve\] downloading ')
+DOWNLOADED_RE = re.compile(r'^\[glm\.serve\] download complete')
+
+# SGLang 0.5.21's own log lines (python/sglang/srt/model_executor/model_runner.py, model_loader/weight_utils.py,
+# cuda_graph_runner.py, entrypoints/http_server.py), in the order a start prints them
+_SGLANG = (
+    ('loading', re.compile(r'Load weight begin\.')),
+    ('loading', re.compile(r'Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+)')),
+    ('loaded', re.compile(r'Load weight end\.')),
+    ('capturing', re.compile(r'Capture cuda graph begin\.')),
+    ('warming', re.compile(r'Capture cuda graph end\.|Uvicorn running on ')),
+    ('ready', re.compile(r'The server is fired up and ready to roll!')),
+)
+
+PHASES = ('queued', 'saving', 'downloading', 'starting', 'loading', 'capturing', 'warming', 'ready', 'ended')
+
+
+def amount(value, scale=None):
+    """(number, unit) in GB, or MB for less than a GB (``scale``: the value whose unit to use)."""
+    scale = value if scale is None else scale
+    if scale >= 1e9:
+        return '%.1f' % (value / 1e9), 'GB'
+    return '%.1f' % (value / 1e6), 'MB'
+
+
+def duration(seconds):
+    """``45 s``, ``12 min``, ``3 h 05 min``."""
+    seconds = int(max(0, seconds))
+    if seconds < 90:
+        return '%d s' % seconds
+    if seconds < 5400:
+        return '%d min' % round(seconds / 60.0)
+    return '%d h %02d min' % (seconds // 3600, (seconds % 3600) // 60)
+
+
+def rate_text(per_second):
+    if per_second >= 1e9:
+        return '%.2f GB/s' % (per_second / 1e9)
+    if per_second >= 1e6:
+        return '%.0f MB/s' % (per_second / 1e6)
+    return '%.0f kB/s' % (per_second / 1e3)
+
+
+def dir_bytes(path, since=None):
+    """Bytes of the files under ``path``: the weights, and the ``.incomplete`` files under ``.cache`` written since
+    ``since`` (the download under way; huggingface_hub 1.18+ leaves the partial files of a killed download behind
+    and never resumes them), not following links; 0 when it does not exist."""
+    total = 0
+    cache = os.path.join(path, '.cache')
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except (IOError, OSError):
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and entry.name != TOTAL_FILE:
+                    st = entry.stat(follow_symlinks=False)
+                    if not folder.startswith(cache):
+                        total += st.st_size
+                    elif entry.name.endswith('.incomplete') and (since is None or st.st_mtime >= since):
+                        total += st.st_size
+            except (IOError, OSError):
+                continue
+    return total
+
+
+def read_total(model_dir):
+    """The download job's record (``total_bytes``, ``files``, ``start_bytes``, ``started``), or None."""
+    try:
+        with open(os.path.join(model_dir, TOTAL_FILE)) as handle:
+            record = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get('total_bytes'), int):
+        return None
+    return record
+
+
+def _lines(text):
+    """Lines of a log tail; a progress bar's carriage-return updates count as lines of their own."""
+    return [part for line in (text or '').split('\n') for part in line.split('\r') if part.strip()]
+
+
+def download_stage(text):
+    """``saving``, ``downloading``, ``done`` or None, from the download job's own marker lines."""
+    stage = None
+    for line in _lines(text):
+        if SAVING_RE.search(line):
+            stage = 'saving'
+        elif DOWNLOADING_RE.search(line):
+            stage = 'downloading'
+        elif DOWNLOADED_RE.search(line):
+            stage = 'done'
+    return stage
+
+
+def server_stage(text):
+    """(phase, detail) of a server job's log: the last of SGLang's start-up lines it holds."""
+    phase, detail = None, None
+    for line in _lines(text):
+        for name, pattern in _SGLANG:
+            match = pattern.search(line)
+            if not match:
+                continue
+            phase, detail = name, None
+            if match.groups():
+                detail = '%s/%s shards (%s%%)' % (match.group(2), match.group(3), match.group(1))
+    return ('loading' if phase == 'loaded' else phase), detail
+
+
+def _where(job):
+    where = 'job %s' % job.get('job_id')
+    node = job.get('nodes') or job.get('batch_host')
+    return where + (' on %s' % node if node else '')
+
+
+def _queued(job, now):
+    text = 'queued: job %s (%s) is PENDING (%s)' % (job.get('job_id'), job.get('name'), job.get('reason') or 'None')
+    start = sp.parse_time(job.get('start_time'))
+    if start and start > now:
+        text += ', expected start %s (in %s)' % (time.strftime('%H:%M', time.localtime(start)), duration(start - now))
+    elif job.get('reason') in ('Priority', 'Resources'):
+        text += ', no expected start yet'
+    return text
+
+
+class Progress:
+    """The progress line of a chain ``[download..., server]`` (the last row is the job waited for).
+
+    :param model_dir: the model directory (None: no download figures)
+    :param read_log: ``read_log(job)`` -> the end of the job's output file (text)
+    :param clock: ``time()``, the wall clock
+    :param sample: the last download sample ``{'at': wall, 'bytes': n}`` (from an earlier slice), for the rate
+    """
+
+    def __init__(self, model_dir=None, read_log=None, clock=time.time, sample=None):
+        self.model_dir = model_dir
+        self.read_log = read_log or (lambda job: '')
+        self.clock = clock
+        self.sample = sample
+
+    def phase(self, chain, ready=False):
+        """The phase alone (no figures, no directory walk): cheap enough to ask every few seconds."""
+        return self._describe(chain, ready, figures=False)['phase']
+
+    def describe(self, chain, ready=False, endpoint=None, model=None):
+        """``{'phase', 'line', 'job_id', 'sample'}``; ``ready``: the server answered."""
+        return self._describe(chain, ready, figures=True, endpoint=endpoint, model=model)
+
+    def _describe(self, chain, ready, figures, endpoint=None, model=None):
+        now = self.clock()
+        server = (chain[-1] if chain else None) or {}
+        parents = [r for r in chain[:-1] if r and r.get('job_id')]
+        out = {'phase': None, 'line': None, 'job_id': server.get('job_id'), 'sample': self.sample}
+        if ready:
+            out['phase'] = 'ready'
+            out['line'] = 'ready: %s serves %s (%s)' % (endpoint or 'the server', model or 'the model', _where(server))
+            return out
+        state = server.get('state')
+        if state in sp.TERMINAL_STATES:
+            out['phase'], out['line'] = 'ended', 'ended: job %s (%s) is %s' % (server.get('job_id'), server.get('name'), state)
+            return out
+        if state == 'RUNNING':
+            phase, detail = server_stage(self.read_log(server))
+            phase = phase or 'starting'
+            texts = {
+                'starting': 'starting: %s (the container and SGLang start)',
+                'loading': 'loading the weights: %s',
+                'capturing': 'capturing CUDA graphs: %s',
+                'warming': 'warming up: the HTTP server is up, its first request runs: %s',
+                'ready': 'ready soon: the server says it is ready, waiting for its answer: %s',
+            }
+            line = texts[phase] % _where(server)
+            if phase == 'loading' and detail and figures:
+                line = 'loading the weights: %s (%s)' % (detail, _where(server))
+            out['phase'] = 'warming' if phase == 'ready' else phase
+            out['line'] = line
+            return out
+        # the server job is not running yet: a running parent (the download) tells more
+        for parent in parents:
+            if parent.get('state') == 'RUNNING':
+                return self._download(out, parent, figures, now)
+            if parent.get('state') == 'PENDING':
+                out['phase'], out['line'] = 'queued', _queued(parent, now)
+                return out
+        if state == 'PENDING' and server.get('reason') == sp.DEPENDENCY and parents:
+            ended = [p for p in parents if p.get('state') in sp.TERMINAL_STATES]
+            out['phase'] = 'queued'
+            out['line'] = 'queued: job %s (%s) waits for %s' % (server.get('job_id'), server.get('name'), ', '.join(
+                '%s (%s)' % (p.get('job_id'), p.get('state') or '?') for p in (ended or parents)))
+            return out
+        if not server.get('job_id'):
+            out['phase'], out['line'] = 'none', 'no server job' + (
+                ': the download %s is %s' % (_where(parents[-1]), parents[-1].get('state')) if parents else '')
+            return out
+        out['phase'] = 'queued'
+        out['line'] = _queued(server, now) if state else 'submitted: job %s (%s)' % (server.get('job_id'), server.get('name'))
+        return out
+
+    def _download(self, out, job, figures, now):
+        stage = download_stage(self.read_log(job))
+        if stage in (None, 'saving'):
+            out['phase'] = 'saving'
+            out['line'] = 'saving the SGLang container image: %s' % _where(job)
+            return out
+        out['phase'] = 'downloading'
+        if not figures or not self.model_dir:
+            out['line'] = 'downloading the weights: %s' % _where(job)
+            return out
+        record = read_total(self.model_dir)
+        done = dir_bytes(self.model_dir, since=record.get('started') if record else None)
+        sample = {'at': now, 'bytes': done}
+        rate = None
+        if self.sample and now - self.sample.get('at', now) >= 5 and done >= self.sample.get('bytes', 0):
+            rate = (done - self.sample['bytes']) / (now - self.sample['at'])
+            out['sample'] = sample
+        elif record and isinstance(record.get('started'), (int, float)) and now - record['started'] >= 5:
+            rate = max(0, done - int(record.get('start_bytes') or 0)) / (now - record['started'])
+            out['sample'] = sample if not self.sample else self.sample
+        else:
+            out['sample'] = self.sample or sample
+        total = record['total_bytes'] if record else None
+        if total:
+            text = 'downloading: %s of %s %s (%d%%)' % (amount(min(done, total), total)[0], amount(total)[0], amount(total)[1],
+                                                       min(100, 100 * done // max(total, 1)))
+        else:
+            text = 'downloading: %s %s so far (the total is not known yet)' % amount(done)
+        if rate is not None:
+            text += ', %s' % rate_text(rate)
+            if total and rate > 0 and done < total:
+                text += ', ETA %s' % duration((total - done) / rate)
+        out['line'] = '%s (%s)' % (text, _where(job))
+        return out
