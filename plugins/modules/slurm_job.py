@@ -233,7 +233,7 @@ options:
     default: 0
   wait_resume:
     description:
-      - The RV(resume) the last slice returned. The call then only goes on waiting for that job (RV(resume.job_id)):
+      - The RV(resume) the last slice returned. The call then only goes on waiting for that job (RV(resume.job_id));
         it writes no script, looks nothing up and submits nothing, except again after a failure on a bad node
         (O(bad_nodes)).
     type: dict

@@ -389,11 +389,20 @@ def long_chain(bench, download, loading, port=41000):
             if kind == 'module':
                 download_task['lookup_also'] = [names[1]]
                 server['lookup'] = '{{ dl.lookup | default(omit) }}'
+            server_task = {'glm.serve.slurm_job': server, 'register': 'srv', 'ignore_errors': True}
+            polls = '{{ dl.polls + srv.polls }}'
+            if kind == 'module':
+                # as the server role waits: in slices of glm_progress_interval (60 s), each a line of progress
+                server.update(wait_slice=60, wait_resume="{{ srv.resume if __slice > 0 else omit }}")
+                server_task.update(loop='{{ range(%d) | list }}' % (3 * (download + loading) // 60 + 20), loop_control={
+                    'index_var': '__slice', 'label': "{{ srv.progress | default('') }}",
+                    'break_when': ['srv is failed or srv.resume is not defined']})
+                polls = "{{ dl.polls + srv.results | map(attribute='polls') | sum }}"
             plays[kind] = [
                 {'ansible.builtin.command': "sinfo --noheader --format='%R %G'", 'changed_when': False},
                 {'glm.serve.slurm_job': download_task, 'register': 'dl'},
-                {'glm.serve.slurm_job': server, 'register': 'srv', 'ignore_errors': True},
-                {'ansible.builtin.set_fact': {'polls': '{{ dl.polls + srv.polls }}'}},
+                server_task,
+                {'ansible.builtin.set_fact': {'polls': polls}},
             ]
     before = rpc_counts()
     results = {}

@@ -219,3 +219,115 @@ def test_no_gpus_in_a_slurm_job_without_gres(servers, model_dir):
     server = servers(["--model-path", str(model_dir)], SLURM_JOB_ID="7")
     assert server.wait_exit() == 1
     assert "No CUDA GPUs are available" in server.err
+
+
+@pytest.fixture
+def metrics_server(servers, model_dir):
+    server = servers(seed_args(model_dir, free_port(), host="127.0.0.1") + ["--enable-metrics"], GLM_STANDIN_SGLANG_WARMUP="0")
+    server.wait_ready()
+    return server
+
+
+def families(text):
+    """The exposition parsed by the real parser (prometheus_client), as {name: (type, {labels tuple: value})}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for family in text_string_to_metric_families(text):
+        out[family.name] = (family.type, dict((tuple(sorted(s.labels.items())) + ((("__sample", s.name),)), s.value)
+                                              for s in family.samples))
+    return out
+
+
+def test_metrics_names_types_and_labels_as_sglang_0_5_21(metrics_server):
+    import urllib.request
+    with urllib.request.urlopen(metrics_server.url + "/metrics") as response:    # no key needed
+        assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        first = families(response.read().decode())
+    sched = (("engine_type", "unified"), ("model_name", "glm-5.3-flash"), ("moe_ep_rank", "0"), ("pp_rank", "0"), ("tp_rank", "0"))
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
+                 "sglang:num_used_tokens", "sglang:max_total_num_tokens", "sglang:cache_hit_rate"):
+        kind, samples = first[name]
+        assert kind == "gauge" and list(samples) == [sched + (("__sample", name),)], (name, samples)
+    # counters are declared with _total: the family is the name without it (the parser strips it), the sample keeps it
+    kind, samples = first["sglang:num_requests"]
+    warm = (("engine_type", "unified"), ("is_streaming", "false"), ("model_name", "glm-5.3-flash"))
+    assert kind == "counter" and samples == {warm + (("__sample", "sglang:num_requests_total"),): 1.0}  # the warm-up
+    assert first["sglang:e2e_request_latency_seconds"][0] == "histogram"
+    buckets = [dict(k)["le"] for k in first["sglang:e2e_request_latency_seconds"][1] if dict(k)["__sample"].endswith("_bucket")]
+    assert buckets[:3] == ["0.1", "0.2", "0.4"] and buckets[-2:] == ["2400.0", "+Inf"]
+    status, _ = metrics_server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": STRAWBERRY}]}, key=KEY)
+    assert status == 200
+    metrics_server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream": True}, key=KEY)
+    assert metrics_server.get("/health")[0] == 200          # health checks are not requests (log_metrics=False)
+    after = families(metrics_server.get("/metrics")[1])
+    requests = after["sglang:num_requests"][1]
+    assert requests[warm + (("__sample", "sglang:num_requests_total"),)] == 2.0
+    streamed = (("engine_type", "unified"), ("is_streaming", "true"), ("model_name", "glm-5.3-flash"))
+    assert requests[streamed + (("__sample", "sglang:num_requests_total"),)] == 1.0
+    assert after["sglang:gen_throughput"][1][sched + (("__sample", "sglang:gen_throughput"),)] > 0
+    http_counts = after["sglang:http_requests"][1]
+    assert http_counts[(("endpoint", "/v1/chat/completions"), ("method", "POST"), ("__sample", "sglang:http_requests_total"))] == 2.0
+
+
+def test_health_is_empty_and_takes_a_second_once_up(ready_server):
+    import time as _time
+    started = _time.monotonic()
+    assert ready_server.get("/health") == (200, "")
+    assert _time.monotonic() - started >= 1.0
+    assert ready_server.get("/ready") == (200, "")
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string"}, "days": {"type": "integer"}},
+                                               "required": ["city", "days"]}}}]
+
+
+def test_tool_call_as_glm47_makes_it(ready_server):
+    ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS}
+    status, body = ready_server.post("/v1/chat/completions", ask, key=KEY)
+    assert status == 200, body
+    choice = json.loads(body)["choices"][0]
+    call = choice["message"]["tool_calls"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
+    assert call["type"] == "function" and call["index"] == 0 and len(call["id"]) == len("call_") + 24
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 1}   # typed by the schema
+    # the tool's answer comes back: a text reply
+    follow = {"messages": ask["messages"] + [choice["message"], {"role": "tool", "tool_call_id": call["id"], "content": "sunny, 21 C"}],
+              "tools": TOOLS}
+    reply = json.loads(ready_server.post("/v1/chat/completions", follow, key=KEY)[1])["choices"][0]
+    assert reply["finish_reason"] == "stop" and "sunny, 21 C" in reply["message"]["content"]
+    # tool_choice none: no call; required without tools and an unknown named tool: 400 as the real one
+    none = json.loads(ready_server.post("/v1/chat/completions", dict(ask, tool_choice="none"), key=KEY)[1])["choices"][0]
+    assert none["message"]["tool_calls"] is None and none["finish_reason"] == "stop"
+    status, body = ready_server.post("/v1/chat/completions", {"messages": ask["messages"], "tool_choice": "required"}, key=KEY)
+    assert status == 400 and json.loads(body)["message"] == "Tools cannot be empty if tool choice is set to required."
+    named = dict(ask, tool_choice={"type": "function", "function": {"name": "nope"}})
+    status, body = ready_server.post("/v1/chat/completions", named, key=KEY)
+    assert status == 400 and json.loads(body)["message"] == "Tool 'nope' not found in tools list."
+
+
+def test_tool_call_streamed_in_fragments(ready_server):
+    ask = {"messages": [{"role": "user", "content": "What is the weather in Oslo?"}], "tools": TOOLS, "stream": True}
+    status, body = ready_server.post("/v1/chat/completions", ask, key=KEY)
+    assert status == 200
+    chunks = [json.loads(line[6:]) for line in body.split("\n") if line.startswith("data: {")]
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"][0]["delta"].get("tool_calls")]
+    assert calls[0]["id"].startswith("call_") and calls[0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert all(c["id"] is None and c["function"]["name"] is None for c in calls[1:])
+    assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"city": "Oslo", "days": 1}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert body.rstrip().endswith("data: [DONE]")
+
+
+def test_without_a_tool_call_parser_the_markup_stays_in_content(servers, model_dir):
+    args = seed_args(model_dir, free_port(), host="127.0.0.1")
+    at = args.index("--tool-call-parser")
+    server = servers(args[:at] + args[at + 2:], GLM_STANDIN_SGLANG_WARMUP="0")
+    server.wait_ready()
+    ask = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS}
+    choice = json.loads(server.post("/v1/chat/completions", ask, key=KEY)[1])["choices"][0]
+    assert choice["message"]["tool_calls"] is None and choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>" \
+                                           "<arg_key>days</arg_key><arg_value>1</arg_value></tool_call>"

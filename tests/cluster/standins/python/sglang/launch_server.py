@@ -30,8 +30,23 @@ listening with /health 503.
 STAND-IN ACCOMMODATION: all cluster nodes share one machine, so with --host 0.0.0.0 and SLURMD_NODENAME set and
 resolvable (socket.gethostbyname, e.g. node1 -> 127.0.0.11 in /etc/hosts) it binds that node's address instead
 (and logs it), so two nodes can both listen on port 30000.
+- /metrics: the families glm.serve reads, with SGLang 0.5.21's names, types, labels and buckets (standin_metrics.py,
+  which cites the source); the warm-up request counts, /health does not;
+- /health and /health_generate as entrypoints/http_server.py L699-777: 503 with an empty body while starting or
+  shutting down; once up, a 1-token probe that answers after at least 1 s (the handler sleeps 1 s before it
+  looks), then 200 with an empty body; /ready: 200 or 503 at once;
+- tool calls as --tool-call-parser glm47 makes them (entrypoints/openai/serving_chat.py, function_call/
+  glm47_moe_detector.py): with "tools" and tool_choice not "none", the canned model answers a user message with a
+  call of the first tool (the named one with a named tool_choice), written the way GLM writes it,
+  `<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`, then parsed as the glm47 detector does
+  (values of string-typed parameters kept as text, others read as JSON): message.tool_calls
+  [{"id": "call_<24 hex>", "index": i, "type": "function", "function": {"name", "arguments": JSON string}}],
+  content "" and finish_reason "tool_calls"; streamed as one delta with id and name and "arguments": "", then
+  argument fragments (id and name null). A last message from a tool gets a text answer that quotes the result.
+  Without --tool-call-parser the raw markup stays in content (tool_calls null, finish_reason "stop").
+  tool_choice "required" with no tools, or a named tool missing from tools: HTTP 400 as the real one.
 WHAT IT DOES NOT DO: run a model (answers are canned: the strawberry question gets "3"), tokenize (token counts are
-word counts), tool calls, images, multi-node, LoRA, or any of the real resolution pipeline beyond the checks above.
+word counts), images, multi-node, LoRA, or any of the real resolution pipeline beyond the checks above.
 
 SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_CONTROL:-/var/lib/glm-cluster/control}
 (the file's content is the value):
@@ -57,6 +72,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang.standin_args import prepare_server_args
+from sglang.standin_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics
 from standin_switch import switch
 
 GPU_TOTAL_GIB = 79.19          # what torch reports for an 80 GB H100
@@ -212,14 +228,13 @@ def check_parallel(args, gpus):
 class State:
     """What the HTTP handlers need to know."""
 
-    def __init__(self, args, context_len):
+    def __init__(self, args, context_len, max_total_tokens=0):
         self.args = args
         self.context_len = context_len
         self.served_name = args.served_model_name or args.model_path
         self.ready = False
         self.stopping = False
-        self.lock = threading.Lock()
-        self.counters = {"requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
+        self.metrics = Metrics(self.served_name, max_total_tokens)
 
 
 STRAWBERRY_REASONING = (
@@ -245,6 +260,65 @@ def canned_answer(messages):
             "Hello from the SGLang stand-in. You wrote %d words." % words, text)
 
 
+class BadRequest(Exception):
+    """HTTP 400 with SGLang's flat error body."""
+
+
+def tool_choice_of(body, tools):
+    """protocol.py: tool_choice defaults to "auto" with tools, "none" without; serving_chat's checks."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        choice = "auto" if tools else "none"
+    if choice == "required" and not tools:
+        raise BadRequest("Tools cannot be empty if tool choice is set to required.")
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if name not in [((t or {}).get("function") or {}).get("name") for t in tools]:
+            raise BadRequest("Tool '%s' not found in tools list." % name)
+    return choice
+
+
+def glm47_markup(tool, user_text):
+    """What GLM writes for a call of ``tool`` (function_call/glm47_moe_detector.py's format): a value for each
+    required parameter (every parameter when none is required), made from the user's words."""
+    function = tool.get("function") or {}
+    params = function.get("parameters") or {}
+    props = params.get("properties") or {}
+    names = params.get("required") or list(props)
+    words = [w.strip("?!.,;:'\"") for w in user_text.split()]
+    capitalized = [w for w in words[1:] if w[:1].isupper()] or [w for w in words if w] or ["example"]
+    parts = []
+    for index, name in enumerate(names):
+        kind = (props.get(name) or {}).get("type", "string")
+        value = {"integer": "1", "number": "1.5", "boolean": "true", "array": "[]", "object": "{}"}.get(
+            kind, capitalized[index % len(capitalized)])
+        parts.append("<arg_key>%s</arg_key><arg_value>%s</arg_value>" % (name, value))
+    return "<tool_call>%s%s</tool_call>" % (function.get("name"), "".join(parts))
+
+
+def glm47_parse(markup, tools):
+    """The glm47 detector: the calls in ``markup`` as (name, arguments dict); values of string-typed parameters
+    stay text, others are read as JSON (else kept as text). Unknown function names are dropped."""
+    import re
+    by_name = dict((((t or {}).get("function") or {}).get("name"), t) for t in tools)
+    calls = []
+    for name, body in re.findall(r"<tool_call>([^<\n]+)(.*?)</tool_call>", markup, re.S):
+        if name not in by_name:
+            continue
+        props = ((by_name[name].get("function") or {}).get("parameters") or {}).get("properties") or {}
+        args = {}
+        for key, value in re.findall(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", body, re.S):
+            if (props.get(key) or {}).get("type", "string") == "string":
+                args[key] = value
+            else:
+                try:
+                    args[key] = json.loads(value)
+                except ValueError:
+                    args[key] = value
+        calls.append((name, args))
+    return calls
+
+
 class Handler(BaseHTTPRequestHandler):
     """The real server's routes, behind its API-key middleware."""
 
@@ -263,7 +337,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, code, body=b"", content_type="application/json", extra=None):
         self.send_response(code)
-        self.send_header("content-type", content_type)
+        if content_type:
+            self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         for key, value in (extra or {}).items():
             self.send_header(key, value)
@@ -297,6 +372,7 @@ class Handler(BaseHTTPRequestHandler):
         post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate}
         routes = get_routes if self.command in ("GET", "HEAD") else post_routes
         if path in routes:
+            self.state.metrics.http_request(path, self.command)
             routes[path]()
         elif path in get_routes or path in post_routes:
             self._json(405, {"detail": "Method Not Allowed"})
@@ -306,7 +382,12 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _route
 
     def _health(self):
-        self._send(200 if self.state.ready and not self.state.stopping else 503, content_type="text/plain; charset=utf-8")
+        if not self.state.ready or self.state.stopping:
+            self._send(503, content_type=None)
+            return
+        if self.path.split("?", 1)[0] != "/ready":
+            time.sleep(1)   # the real handler sleeps 1 s before it looks for the probe's answer
+        self._send(200, content_type=None)
 
     def _models(self):
         state = self.state
@@ -322,27 +403,10 @@ class Handler(BaseHTTPRequestHandler):
                          "architectures": [ARCHITECTURE]})
 
     def _metrics(self):
-        state = self.state
-        if not state.args.enable_metrics:
+        if not self.state.args.enable_metrics:
             self._json(404, {"detail": "Not Found"})
             return
-        labels = '{model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"}' % state.served_name
-        with state.lock:
-            counters = dict(state.counters)
-        lines = [
-            "# HELP sglang:num_running_reqs The number of running requests.", "# TYPE sglang:num_running_reqs gauge",
-            "sglang:num_running_reqs%s 0.0" % labels,
-            "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.", "# TYPE sglang:num_queue_reqs gauge",
-            "sglang:num_queue_reqs%s 0.0" % labels,
-            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.", "# TYPE sglang:prompt_tokens_total counter",
-            "sglang:prompt_tokens_total%s %.1f" % (labels, counters["prompt_tokens"]),
-            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
-            "# TYPE sglang:generation_tokens_total counter",
-            "sglang:generation_tokens_total%s %.1f" % (labels, counters["generation_tokens"]),
-            "# HELP sglang:num_requests_total The number of processed requests.", "# TYPE sglang:num_requests_total counter",
-            "sglang:num_requests_total%s %.1f" % (labels, counters["requests"]),
-        ]
-        self._send(200, ("\n".join(lines) + "\n").encode(), content_type="text/plain; version=0.0.4; charset=utf-8")
+        self._send(200, self.state.metrics.render(), content_type=METRICS_CONTENT_TYPE)
 
     def _body(self):
         length = int(self.headers.get("content-length") or 0)
@@ -357,11 +421,8 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return body
 
-    def _count(self, prompt_tokens, completion_tokens):
-        with self.state.lock:
-            self.state.counters["requests"] += 1
-            self.state.counters["prompt_tokens"] += prompt_tokens
-            self.state.counters["generation_tokens"] += completion_tokens
+    def _error(self, message):
+        self._json(400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
 
     def _chat(self):
         body = self._body()
@@ -369,47 +430,91 @@ class Handler(BaseHTTPRequestHandler):
             return
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            self._json(400, {"object": "error", "message": "messages: Field required", "type": "BadRequestError",
-                             "param": None, "code": 400})
+            self._error("messages: Field required")
             return
+        tools = body.get("tools") or []
+        try:
+            choice = tool_choice_of(body, tools)
+        except BadRequest as exc:
+            self._error(str(exc))
+            return
+        started = time.time()
         reasoning, content, prompt = canned_answer(messages)
+        calls, finish = [], "stop"
+        last = messages[-1] if isinstance(messages[-1], dict) else {}
+        if tools and choice != "none" and last.get("role") == "user":
+            if isinstance(choice, dict):
+                tool = [t for t in tools if (t.get("function") or {}).get("name") == choice["function"]["name"]][0]
+            else:
+                tool = tools[0]
+            reasoning = "The user's request needs the tool %s; I call it." % (tool.get("function") or {}).get("name")
+            markup = glm47_markup(tool, prompt)
+            if self.state.args.tool_call_parser:
+                calls = [{"id": "call_%s" % uuid.uuid4().hex[:24], "index": i, "type": "function",
+                          "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+                         for i, (name, args) in enumerate(glm47_parse(markup, tools))]
+                content, finish = "", "tool_calls" if calls else "stop"
+            else:
+                content = markup
+        elif last.get("role") == "tool":
+            result = last.get("content")
+            if isinstance(result, list):
+                result = " ".join(str(part.get("text", "")) for part in result if isinstance(part, dict))
+            reasoning = "The tool answered; I report its result."
+            content = "The tool returned: %s" % str(result)[:200]
         if not self.state.args.reasoning_parser:
             content, reasoning = "<think>%s</think>%s" % (reasoning, content), None
         prompt_tokens = len(prompt.split()) + 8
-        completion_tokens = len(content.split()) + len((reasoning or "").split())
-        self._count(prompt_tokens, completion_tokens)
+        completion_tokens = len(content.split()) + len((reasoning or "").split()) + 8 * len(calls)
+        metrics = self.state.metrics
+        metrics.start(prompt_tokens + completion_tokens)
         model = body.get("model") or self.state.served_name
         ident = uuid.uuid4().hex
         created = int(time.time())
-        if body.get("stream"):
-            self._stream(ident, created, model, reasoning, content)
-            return
-        self._json(200, {
-            "id": ident, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "reasoning_content": reasoning,
-                                                 "tool_calls": None},
-                         "logprobs": None, "finish_reason": "stop", "matched_stop": 154827}],
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                      "completion_tokens": completion_tokens, "prompt_tokens_details": None,
-                      "reasoning_tokens": len((reasoning or "").split())},
-            "metadata": {"weight_version": "default"}})
+        try:
+            if body.get("stream"):
+                self._stream(ident, created, model, reasoning, content, calls, finish)
+                return
+            self._json(200, {
+                "id": ident, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "reasoning_content": reasoning,
+                                                     "tool_calls": calls or None},
+                             "logprobs": None, "finish_reason": finish, "matched_stop": None if calls else 154827}],
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                          "completion_tokens": completion_tokens, "prompt_tokens_details": None,
+                          "reasoning_tokens": len((reasoning or "").split())},
+                "metadata": {"weight_version": "default"}})
+        finally:
+            elapsed = time.time() - started
+            metrics.finish(bool(body.get("stream")), prompt_tokens, completion_tokens, elapsed, elapsed,
+                           prompt_tokens + completion_tokens)
 
-    def _stream(self, ident, created, model, reasoning, content):
+    def _stream(self, ident, created, model, reasoning, content, calls=(), finish="stop"):
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("connection", "close")
         self.end_headers()
         self.close_connection = True
-        deltas = [{"role": "assistant", "content": ""}]
+        deltas = [{"role": "assistant", "content": "", "reasoning_content": None}]
         if reasoning:
             deltas.append({"reasoning_content": reasoning})
-        deltas.append({"content": content})
+        if content:
+            deltas.append({"content": content})
+        for call in calls:
+            # the first delta of a call names it, the next ones carry its arguments in fragments
+            deltas.append({"tool_calls": [{"id": call["id"], "index": call["index"], "type": "function",
+                                           "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            arguments = call["function"]["arguments"]
+            for start in range(0, len(arguments), 6):
+                deltas.append({"tool_calls": [{"id": None, "index": call["index"], "type": "function",
+                                               "function": {"name": None, "arguments": arguments[start:start + 6]}}]})
         for delta in deltas:
             chunk = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}], "usage": None}
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         final = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
-                 "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", "matched_stop": 154827}]}
+                 "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish, "matched_stop": 154827}],
+                 "usage": None}
         self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
         self.wfile.flush()
 
@@ -420,7 +525,9 @@ class Handler(BaseHTTPRequestHandler):
         params = body.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens") or 16)
         text = " ".join(["ok"] * min(max_new, 64))
-        self._count(len(str(body.get("text", "")).split()), min(max_new, 64))
+        prompt_tokens = len(str(body.get("text", "")).split())
+        self.state.metrics.start(0)
+        self.state.metrics.finish(False, prompt_tokens, min(max_new, 64), 0.01, 0.01, 0)
         self._json(200, {"text": text, "output_ids": [1000] * min(max_new, 64), "meta_info": {
             "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
             "prompt_tokens": len(str(body.get("text", "")).split()), "weight_version": "default",
@@ -553,12 +660,17 @@ def main(argv=None):
     if stop.is_set():
         os._exit(143)  # pylint: disable=protected-access
 
-    state = State(args, numbers["context_len"])
+    state = State(args, numbers["context_len"], numbers["max_total_num_tokens"])
     server = serve(args, state)
     if not stop.wait(0 if args.skip_server_warmup else seconds("sglang-warmup", 2.0)):
         if not args.skip_server_warmup:
             uvicorn_log('127.0.0.1:51234 - "GET /model_info HTTP/1.1" 200 OK')
             uvicorn_log('127.0.0.1:51236 - "POST /generate HTTP/1.1" 200 OK')
+            # the warm-up request counts in the metrics like any other (it is not a health check)
+            state.metrics.http_request("/model_info", "GET")
+            state.metrics.http_request("/generate", "POST")
+            state.metrics.start(0)
+            state.metrics.finish(False, 7, 8, 0.05, 0.12, 0)
         state.ready = True
         log("The server is fired up and ready to roll!")
         stop.wait()
