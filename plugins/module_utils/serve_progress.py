@@ -32,6 +32,7 @@ TOTAL_FILE = '.glm-serve-download.json'
 SAVING_RE = re.compile(r'^\[glm\.serve\] saving the container image')
 DOWNLOADING_RE = re.compile(r'^\[glm\.serve\] downloading ')
 DOWNLOADED_RE = re.compile(r'^\[glm\.serve\] download complete')
+IDLE_STOP_RE = re.compile(r'^\[glm\.serve\] stopped after (\S+) idle')
 
 # SGLang 0.5.21's own log lines (python/sglang/srt/model_executor/model_runner.py, model_loader/weight_utils.py,
 # cuda_graph_runner.py, entrypoints/http_server.py), in the order a start prints them
@@ -196,6 +197,10 @@ class Progress:
         state = server.get('state')
         if state in sp.TERMINAL_STATES:
             out['phase'], out['line'] = 'ended', 'ended: job %s (%s) is %s' % (server.get('job_id'), server.get('name'), state)
+            idle = [m.group(1) for m in (IDLE_STOP_RE.search(line) for line in _lines(self.read_log(server))) if m]
+            if idle:
+                out['line'] = 'ended: job %s (%s) stopped after %s idle (server_idle_timeout); deploy again to start it' % (
+                    server.get('job_id'), server.get('name'), idle[-1])
             return out
         if state == 'RUNNING':
             phase, detail = server_stage(self.read_log(server))
@@ -258,8 +263,9 @@ class Progress:
             out['sample'] = self.sample or sample
         total = record['total_bytes'] if record else None
         if total:
-            text = 'downloading: %s of %s %s (%d%%)' % (amount(min(done, total), total)[0], amount(total)[0], amount(total)[1],
-                                                       min(100, 100 * done // max(total, 1)))
+            number, unit = amount(total)
+            text = 'downloading: %s of %s %s (%d%%)' % (amount(min(done, total), total)[0], number, unit,
+                                                        min(100, 100 * done // max(total, 1)))
         else:
             text = 'downloading: %s %s so far (the total is not known yet)' % amount(done)
         if rate is not None:
@@ -268,3 +274,19 @@ class Progress:
                 text += ', ETA %s' % duration((total - done) / rate)
         out['line'] = '%s (%s)' % (text, _where(job))
         return out
+
+
+def read_activity(path, now=None):
+    """The activity file the watcher beside the server writes (serve.sbatch), with ``idle_for``: seconds since the
+    last request by this host's clock (the login node's; the watcher's clock is the node's). None when missing."""
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    now = time.time() if now is None else now
+    last = record.get('last_request')
+    record['idle_for'] = max(0, int(now - last)) if isinstance(last, (int, float)) else None
+    return record

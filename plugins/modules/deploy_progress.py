@@ -86,7 +86,30 @@ progress:
   description: The phase in one line, with its figures.
   returned: always
   type: str
-  sample: "loading the weights: 42/93 shards (45%): job 42 on node1"
+  sample: "loading the weights: 42/93 shards (45%) (job 42 on node1)"
+activity:
+  description:
+    - What the watcher beside the server recorded from its metrics (C(NAME-JOBID.activity) in O(chdir); the server role
+      writes it with C(server_enable_metrics)), with C(idle_for), the seconds since the last request by the login
+      node's clock. None when the server job has no such file.
+  returned: always
+  type: dict
+  contains:
+    last_request:
+      description: When the last request arrived or ran (seconds since the epoch); the server's first answer before any.
+      type: int
+    idle_for:
+      description: Seconds since then.
+      type: int
+    requests_total:
+      description: The requests the server finished since it started (its warm-up included).
+      type: int
+    idle_timeout:
+      description: The server's idle timeout in seconds (0 is none).
+      type: int
+    stopped_idle:
+      description: When the watcher stopped the server for being idle, or None.
+      type: int
 '''
 
 import os
@@ -111,7 +134,7 @@ def main():
     jobs = [dict(j, job_id=str(j['job_id'])) if j and j.get('job_id') else None
             for j in (params['download'], params['server'])]
     if not any(jobs):
-        module.exit_json(changed=False, phase='none', progress='no job: deploy to start one')
+        module.exit_json(changed=False, phase='none', progress='no job: deploy to start one', activity=None)
 
     def read_log(job):
         if not job.get('name'):
@@ -121,7 +144,10 @@ def main():
 
     said = serve_progress.Progress(model_dir=params['model_dir'], read_log=read_log).describe(
         jobs, ready=params['ready'], endpoint=params['endpoint'], model=params['model'])
-    module.exit_json(changed=False, phase=said['phase'], progress=said['line'])
+    server = jobs[1]
+    activity = serve_progress.read_activity(os.path.join(params['chdir'], '%s-%s.activity' % (
+        server.get('name'), server['job_id']))) if server and server.get('name') else None
+    module.exit_json(changed=False, phase=said['phase'], progress=said['line'], activity=activity)
 
 
 if __name__ == '__main__':

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import re
 import shutil
@@ -92,6 +93,19 @@ def test_the_printed_tunnel_and_the_openai_client(served):
         chunks = list(client.chat.completions.create(model='glm-5.3-flash', stream=True, max_tokens=64,
                                                      messages=[{'role': 'user', 'content': 'Hello'}]))
         assert len(chunks) > 1 and ''.join(c.choices[0].delta.content or '' for c in chunks if c.choices)
+        # a tool call (the server runs with --tool-call-parser glm47), and the tool's answer sent back
+        tools = [{'type': 'function', 'function': {
+            'name': 'get_weather', 'description': 'The weather in a city',
+            'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}, 'required': ['city']}}}]
+        ask = [{'role': 'user', 'content': 'What is the weather in Paris?'}]
+        called = client.chat.completions.create(model='glm-5.3-flash', messages=ask, tools=tools, max_tokens=256)
+        choice = called.choices[0]
+        assert choice.finish_reason == 'tool_calls', choice
+        call = choice.message.tool_calls[0]
+        assert call.function.name == 'get_weather' and json.loads(call.function.arguments) == {'city': 'Paris'}
+        answered = client.chat.completions.create(model='glm-5.3-flash', tools=tools, max_tokens=256, messages=ask + [
+            choice.message.model_dump(exclude_none=True), {'role': 'tool', 'tool_call_id': call.id, 'content': 'sunny, 21 C'}])
+        assert 'sunny, 21 C' in answered.choices[0].message.content
         wrong = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key='not-the-key', max_retries=0, timeout=30)
         with pytest.raises(openai.AuthenticationError):
             wrong.models.list()

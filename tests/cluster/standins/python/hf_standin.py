@@ -207,17 +207,17 @@ def tqdm_segment(desc, n, total, elapsed):
     frac = n / total if total else 0
     cells = frac * 10
     full = int(cells)
-    bar = "\u2588" * full
+    meter = "\u2588" * full
     if full < 10:
-        bar += BAR_PARTS[int((cells - full) * 8)] if cells > full else " "
-        bar += " " * (10 - len(bar))
+        meter += BAR_PARTS[int((cells - full) * 8)] if cells > full else " "
+        meter += " " * (10 - len(meter))
     if n and elapsed > 0:
         rate = n / elapsed
         rate_text = ("%5.2fit/s" % rate) if rate >= 1 else ("%5.2fs/it" % (1 / rate))
         remaining = tqdm_clock((total - n) / rate)
     else:
         rate_text, remaining = "?it/s", "?"
-    return "\r%s: %3d%%|%s| %d/%d [%s<%s, %s]" % (desc, frac * 100, bar, n, total, tqdm_clock(elapsed), remaining, rate_text)
+    return "\r%s: %3d%%|%s| %d/%d [%s<%s, %s]" % (desc, frac * 100, meter, n, total, tqdm_clock(elapsed), remaining, rate_text)
 
 
 def size_text(size):

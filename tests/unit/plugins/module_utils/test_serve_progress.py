@@ -131,3 +131,17 @@ def test_the_phase_alone_is_cheap_and_matches_the_line():
 
 def test_durations():
     assert [sp.duration(s) for s in (5, 89, 90, 3000, 5400, 7320)] == ['5 s', '89 s', '2 min', '50 min', '1 h 30 min', '2 h 02 min']
+
+
+def test_an_idle_stop_is_said_plainly_and_the_activity_file_read(tmp_path):
+    log = {'12': '[2026-12-01 10:00:45] The server is fired up and ready to roll!\n[glm.serve] idle: no request for 7204 s '
+                 '(server_idle_timeout=2h): stopping the server; deploy again to start it\nINFO:     Shutting down\n'
+                 '[glm.serve] stopped after 2h idle (server_idle_timeout); deploy again to start it\n'}
+    said = progress(log).describe([dict(DL, state='COMPLETED'), dict(SERVE, state='COMPLETED')])
+    assert said['line'] == 'ended: job 12 (glm-serve) stopped after 2h idle (server_idle_timeout); deploy again to start it'
+    path = tmp_path / 'glm-serve-12.activity'
+    path.write_text('{"job_id": "12", "checked": 1000, "last_request": 900, "requests_total": 5, "running": 0, "queued": 0, '
+                    '"idle_timeout": 7200, "stopped_idle": null}\n')
+    record = sp.read_activity(str(path), now=1030)
+    assert record['idle_for'] == 130 and record['requests_total'] == 5 and record['stopped_idle'] is None
+    assert sp.read_activity(str(tmp_path / 'missing')) is None
