@@ -45,14 +45,46 @@ curl -sS --fail-with-body "$GLM_BASE_URL/chat/completions" \
 REMOTE
 }
 
+# From "the operator's laptop" (this machine): the key copied 0600 by fetch_key.yml, the tunnel line the deploy
+# printed, and the official openai client through it.
+call_through_tunnel() {
+  local dir node port=30080
+  dir=$(mktemp -d)
+  ansible-playbook playbooks/fetch_key.yml -e glm_key_dest="$dir/api-key" > /dev/null
+  node=$(login '. ~/glm/endpoint; echo "$GLM_BASE_URL"' | sed -E 's#^http://([^:]+):.*#\1#')
+  echo "tunnel: ssh -N -L $port:$node:30000 glmuser@127.0.0.1 -p 2222 (the line deploy printed, on a free local port)"
+  ssh -i "$cluster_dir/ssh/id_ed25519" -o UserKnownHostsFile="$cluster_dir/ssh/known_hosts" -o StrictHostKeyChecking=yes \
+      -o BatchMode=yes -o ExitOnForwardFailure=yes -p 2222 -N -L "$port:$node:30000" glmuser@127.0.0.1 &
+  local tunnel=$!
+  sleep 2
+  GLM_KEY_FILE="$dir/api-key" GLM_PORT=$port python - <<'PY'
+import json, os, openai
+client = openai.OpenAI(base_url="http://127.0.0.1:%s/v1" % os.environ["GLM_PORT"],
+                       api_key=open(os.environ["GLM_KEY_FILE"]).read().strip(), max_retries=0)
+print("models:", [m.id for m in client.models.list()])
+reply = client.chat.completions.create(model="glm-5.3-flash", messages=[{"role": "user", "content": "Hello"}])
+print("chat:", reply.choices[0].message.content)
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+call = client.chat.completions.create(model="glm-5.3-flash", tools=tools,
+                                      messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+tool_call = call.choices[0].message.tool_calls[0]
+print("tool call:", tool_call.function.name, json.loads(tool_call.function.arguments))
+PY
+  kill "$tunnel"; rm -rf "$dir"
+}
+
 show_jobs() {
   login 'squeue --me -o "%.8i %.14j %.10T %.20R"; ls -l ~/glm | sed -n "1,20p"'
 }
 
-step "1/4 deploy (playbooks/deploy.yml)" ansible-playbook playbooks/deploy.yml
-step "2/4 call the API with the key" call_api
-step "3/4 teardown (playbooks/teardown.yml)" ansible-playbook playbooks/teardown.yml
-step "4/4 what is left: no jobs; key, image, weights" show_jobs
+# A progress line every 5 s (60 by default), so that the short local deploy shows a few.
+step "1/6 deploy (playbooks/deploy.yml)" ansible-playbook playbooks/deploy.yml -e glm_progress_interval=5
+step "2/6 call the API with the key, on the login node" call_api
+step "3/6 from this machine: SSH tunnel + openai client" call_through_tunnel
+step "4/6 status (playbooks/status.yml)" ansible-playbook playbooks/status.yml
+step "5/6 teardown (playbooks/teardown.yml)" ansible-playbook playbooks/teardown.yml
+step "6/6 what is left: no jobs; key, image, weights" show_jobs
 
 printf '\n=== demo finished\n'
 printf '%s\n' "${summary[@]}"

@@ -34,14 +34,16 @@ DOWNLOADING_RE = re.compile(r'^\[glm\.serve\] downloading ')
 DOWNLOADED_RE = re.compile(r'^\[glm\.serve\] download complete')
 IDLE_STOP_RE = re.compile(r'^\[glm\.serve\] stopped after (\S+) idle')
 
-# SGLang 0.5.21's own log lines (python/sglang/srt/model_executor/model_runner.py, model_loader/weight_utils.py,
-# cuda_graph_runner.py, entrypoints/http_server.py), in the order a start prints them
+# SGLang 0.5.21's own log lines, in the order a start prints them: model_executor/model_runner.py L1188 ("Load weight
+# begin."), model_loader/weight_utils.py L1147-1152 (tqdm, BAR_FORMAT of utils/common.py L1315), model_executor/
+# model_runner_components/cuda_graph_setup.py L645-656, L719-745 ("Capture target decode CUDA graph begin." ...;
+# older releases: "Capture cuda graph begin."), entrypoints/http_server.py L2476 ("fired up")
 _SGLANG = (
     ('loading', re.compile(r'Load weight begin\.')),
     ('loading', re.compile(r'Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+)')),
     ('loaded', re.compile(r'Load weight end\.')),
-    ('capturing', re.compile(r'Capture cuda graph begin\.')),
-    ('warming', re.compile(r'Capture cuda graph end\.|Uvicorn running on ')),
+    ('capturing', re.compile(r'Capture (?:[\w ]+ )?(?:cuda|CUDA) graph begin\.')),
+    ('warming', re.compile(r'Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end\.|Uvicorn running on ')),
     ('ready', re.compile(r'The server is fired up and ready to roll!')),
 )
 

@@ -386,9 +386,9 @@ def long_chain(bench, download, loading, port=41000):
                       'dependency': [{'type': 'afterok', 'job_ids': ['{{ dl.job_id }}']}],
                       'probe': {'port': port + number, 'key_file': os.path.join(path, 'api-key'), 'model': 'glm-5.3-flash'}}
             download_task = {'name': names[0], 'script': dl, 'chdir': path}
-            if kind == 'module':
-                download_task['lookup_also'] = [names[1]]
-                server['lookup'] = '{{ dl.lookup | default(omit) }}'
+            # the shared listing (lookup_also/lookup) exists since 804caa0: --before REV must be that or newer
+            download_task['lookup_also'] = [names[1]]
+            server['lookup'] = '{{ dl.lookup | default(omit) }}'
             server_task = {'glm.serve.slurm_job': server, 'register': 'srv', 'ignore_errors': True}
             polls = '{{ dl.polls + srv.polls }}'
             if kind == 'module':

@@ -22,8 +22,9 @@ SGLANG_LOG = [
     '[2026-12-01 10:00:02 TP0] Load weight begin. avail mem=78.40 GB',
     '[2026-12-01 10:00:09 TP0] Loading safetensors checkpoint shards:  45% Completed | 42/93 [00:07<00:09,  5.10it/s]',
     '[2026-12-01 10:00:20 TP0] Load weight end. type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, avail mem=38.10 GB',
-    '[2026-12-01 10:00:21 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=10.2 GB',
-    '[2026-12-01 10:00:40 TP0] Capture cuda graph end. Time elapsed: 19.02 s. mem usage=0.88 GB. avail mem=9.3 GB.',
+    '[2026-12-01 10:00:21 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4], '
+    'avail mem=10.2 GB',
+    '[2026-12-01 10:00:40 TP0] Capture target decode CUDA graph end. elapsed=19.02 s, mem usage=0.88 GB, avail mem=9.3 GB.',
     'INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)',
     '[2026-12-01 10:00:45] The server is fired up and ready to roll!',
 ]

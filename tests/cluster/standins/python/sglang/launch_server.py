@@ -620,8 +620,10 @@ def load_model(args, stop, config):
     log("Memory pool end. avail mem=%.2f GB" % (avail - kv_gb), "TP0")
     if mem_fraction > 0.9:
         raise oom_error(1.25, 0.32)
-    log("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB" % (avail - kv_gb), "TP0")
-    log("Capture cuda graph end. Time elapsed: 1.02 s. mem usage=0.88 GB. avail mem=%.2f GB." % (avail - kv_gb - 0.88), "TP0")
+    # model_executor/model_runner_components/cuda_graph_setup.py L719-745 (0.5.21)
+    log("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8, 16, 24, 32], "
+        "avail mem=%.2f GB" % (avail - kv_gb), "TP0")
+    log("Capture target decode CUDA graph end. elapsed=1.02 s, mem usage=0.88 GB, avail mem=%.2f GB." % (avail - kv_gb - 0.88), "TP0")
     return {
         "max_total_num_tokens": max_total,
         "chunked_prefill_size": args.chunked_prefill_size or 8192,
