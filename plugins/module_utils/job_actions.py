@@ -570,7 +570,8 @@ def progress_reader(ctx, waiter, secrets=()):
         path = waiter.output_paths.get(job.get('job_id')) or job.get('output_path')
         return '\n'.join(read_tail(path, ctx.files, count=400, secrets=secrets, chunk=32 * 1024)) if path else ''
 
-    return serve_progress.Progress(model_dir=spec.get('model_dir'), read_log=read_log, sample=resume.get('sample'))
+    return serve_progress.Progress(model_dir=spec.get('model_dir'), read_log=read_log, sample=resume.get('sample'),
+                                   floor=resume.get('floor'))
 
 
 def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hints=(), snapshot=None):
@@ -599,7 +600,7 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
                 result['changed'] = True
         fill_job(result, exc.job)
         result['chain'] = chain_entries(exc.chain)
-        result['events'] = list(waiter.events)
+        result['events'] = (waiter.earlier_events + waiter.events)[-50:]
         result['duration'] = round(ctx.clock.now() - waiter.start, 3) if waiter.start is not None else 0.0
         endpoint = waiter.targets[0].port.endpoint if waiter.targets[0].port else None
         if endpoint:
@@ -616,11 +617,12 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
         chain = waiter.chain(target)
         fill_job(result, chain[-1])
         result['chain'] = chain_entries(chain)
-        result['events'] = list(waiter.events)
+        result['events'] = (waiter.earlier_events + waiter.events)[-50:]
         result['duration'] = round(ctx.clock.now() - waiter.start, 3)
         said = progress.describe(chain)
         result.update(wait_done=False, phase=said['phase'], progress=said['line'],
-                      resume={'job_id': target.job_id, 'waiter': waiter.snapshot(), 'sample': said['sample']})
+                      resume={'job_id': target.job_id, 'waiter': waiter.snapshot(), 'sample': said['sample'],
+                              'floor': {'about': said.get('about'), 'phase': said['phase'], 'line': said['line']}})
         return None
     fill_job(result, outcome['job'])
     if outcome.get('output_path'):

@@ -97,6 +97,7 @@ class JobWaiter:
         self.covered = False       # the last round found every event covered (rounds a backstop apart)
         self.schedule = None       # the PollSchedule, once the wait started
         self.last_event = None     # the last event's text before a restore (not repeated)
+        self.earlier_events = []   # the last events of the slices before a restore
         for target in self.targets:
             if target.known:
                 self.jobs[target.job_id] = dict(target.known)
@@ -179,11 +180,12 @@ class JobWaiter:
             'covered': self.covered,
             'last_error': self.last_error,
             'last_event': self.events[-1].split(' ', 1)[1] if self.events else self.last_event,
+            'events': (self.earlier_events + self.events)[-20:],
             'jobs': self.jobs,
             'output_paths': self.output_paths,
             'watchers': dict((job_id, {'path': w.path, 'state': list(w.state) if w.state else None, 'offset': w.offset,
                                        'appeared': w.appeared, 'grew_at': rel(w.grew_at),
-                                       'stall_reported': w.stall_reported})
+                                       'stall_reported': w.stall_reported, 'partial': w.partial})
                              for job_id, w in self.outputs.watchers.items()),
             'targets': [{
                 'job_id': t.job_id, 'parent_ids': t.parent_ids, 'verdict': t.verdict, 'skipped': t.skipped,
@@ -216,6 +218,7 @@ class JobWaiter:
         self.covered = snap['covered']
         self.last_error = snap['last_error']
         self.last_event = snap.get('last_event')
+        self.earlier_events = list(snap.get('events') or [])
         self.jobs = dict(snap['jobs'])
         self.output_paths = dict(snap['output_paths'])
         for job_id, saved in snap['watchers'].items():
@@ -225,6 +228,7 @@ class JobWaiter:
             watcher.appeared = saved['appeared']
             watcher.grew_at = at(saved['grew_at'])
             watcher.stall_reported = saved['stall_reported']
+            watcher.partial = saved.get('partial') or ''
         for target, saved in zip(self.targets, snap['targets']):
             target.parent_ids = list(saved['parent_ids'])
             target.verdict, target.skipped, target.summary = saved['verdict'], saved['skipped'], saved['summary']
@@ -663,7 +667,7 @@ class JobWaiter:
 
     def _result(self):
         result = self._target_result(self.targets[0])
-        result.update(events=list(self.events), duration=round(self._elapsed(), 3))
+        result.update(events=(self.earlier_events + self.events)[-50:], duration=round(self._elapsed(), 3))
         if len(self.targets) > 1:
             result['targets'] = [self._target_result(t) for t in self.targets]
         return result

@@ -173,25 +173,36 @@ class Progress:
     :param sample: the last download sample ``{'at': wall, 'bytes': n}`` (from an earlier slice), for the rate
     """
 
-    def __init__(self, model_dir=None, read_log=None, clock=time.time, sample=None):
+    def __init__(self, model_dir=None, read_log=None, clock=time.time, sample=None, floor=None):
         self.model_dir = model_dir
         self.read_log = read_log or (lambda job: '')
         self.clock = clock
         self.sample = sample
+        #: the furthest phase an earlier slice saw ``{'about': job id, 'phase', 'line'}``: a job's phase never goes back
+        #: (its marker line may have left the end of the log that is read)
+        self.floor = floor
 
     def phase(self, chain, ready=False):
         """The phase alone (no figures, no directory walk): cheap enough to ask every few seconds."""
-        return self._describe(chain, ready, figures=False)['phase']
+        return self._floored(self._describe(chain, ready, figures=False))['phase']
 
     def describe(self, chain, ready=False, endpoint=None, model=None):
-        """``{'phase', 'line', 'job_id', 'sample'}``; ``ready``: the server answered."""
-        return self._describe(chain, ready, figures=True, endpoint=endpoint, model=model)
+        """``{'phase', 'line', 'job_id', 'about', 'sample'}``; ``ready``: the server answered. ``about`` is the job the
+        line is about (the download while it runs, else the server)."""
+        return self._floored(self._describe(chain, ready, figures=True, endpoint=endpoint, model=model))
+
+    def _floored(self, out):
+        floor = self.floor
+        if floor and out.get('about') and floor.get('about') == out['about'] and out['phase'] in PHASES \
+                and floor.get('phase') in PHASES and PHASES.index(out['phase']) < PHASES.index(floor['phase']):
+            out = dict(out, phase=floor['phase'], line=floor.get('line') or out['line'])
+        return out
 
     def _describe(self, chain, ready, figures, endpoint=None, model=None):
         now = self.clock()
         server = (chain[-1] if chain else None) or {}
         parents = [r for r in chain[:-1] if r and r.get('job_id')]
-        out = {'phase': None, 'line': None, 'job_id': server.get('job_id'), 'sample': self.sample}
+        out = {'phase': None, 'line': None, 'job_id': server.get('job_id'), 'about': server.get('job_id'), 'sample': self.sample}
         if ready:
             out['phase'] = 'ready'
             out['line'] = 'ready: %s serves %s (%s)' % (endpoint or 'the server', model or 'the model', _where(server))
@@ -242,6 +253,7 @@ class Progress:
         return out
 
     def _download(self, out, job, figures, now):
+        out['about'] = job.get('job_id')
         stage = download_stage(self.read_log(job))
         if stage in (None, 'saving'):
             out['phase'] = 'saving'
@@ -258,8 +270,9 @@ class Progress:
         if self.sample and now - self.sample.get('at', now) >= 5 and done >= self.sample.get('bytes', 0):
             rate = (done - self.sample['bytes']) / (now - self.sample['at'])
             out['sample'] = sample
-        elif record and isinstance(record.get('started'), (int, float)) and now - record['started'] >= 5:
-            rate = max(0, done - int(record.get('start_bytes') or 0)) / (now - record['started'])
+        elif record and isinstance(record.get('started'), (int, float)) and now - record['started'] >= 5 \
+                and isinstance(record.get('start_bytes'), int):
+            rate = max(0, done - record['start_bytes']) / (now - record['started'])
             out['sample'] = sample if not self.sample else self.sample
         else:
             out['sample'] = self.sample or sample

@@ -71,7 +71,7 @@ class OutputWatcher:
         self.state = self.files.stat(path) if path else None
         self.offset = self.state[1] if self.state else 0
         self.appeared = False
-        self._partial = ''
+        self.partial = ''
         #: when the file was last seen to appear or grow during the wait (None: never; a file that never
         #: grows tells nothing about the job's life)
         self.grew_at = None
@@ -89,7 +89,7 @@ class OutputWatcher:
         if self.state is None or st[0] != self.state[0] or st[1] < self.offset:
             appeared = self.state is None or st[0] != self.state[0]
             self.offset = 0
-            self._partial = ''
+            self.partial = ''
         self.state = st
         if appeared:
             self.appeared = True
@@ -100,9 +100,9 @@ class OutputWatcher:
         if st[1] > self.offset:
             data = self.files.read(self.path, self.offset, min(st[1] - self.offset, self.MAX_READ))
             self.offset += len(data)
-            text = self._partial + (data.decode('utf-8', 'replace') if isinstance(data, bytes) else data)
+            text = self.partial + (data.decode('utf-8', 'replace') if isinstance(data, bytes) else data)
             lines = text.split('\n')
-            self._partial = lines.pop()[-4096:]
+            self.partial = lines.pop()[-4096:]
             errors = [line for line in lines if sp.ERROR_LINE_RE.search(line)]
         return appeared, errors
 

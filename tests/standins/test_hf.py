@@ -146,13 +146,21 @@ def test_dry_run_lists_what_is_left_and_downloads_nothing(tmp_path):
     assert first.returncode == 0, first.stderr
     lines = first.stdout.split("\n")
     assert lines[0] == "[dry-run] Will download 13 files (out of 13) totalling 2.1M."
-    assert lines[1].split() == ["FILE", "SIZE"]
+    assert lines[1].split() == ["FILE", "SIZE"] and set(lines[2]) == {"-", " "}
     assert fetched(local) == []
     assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--include", "model-0000[1-3]*"], control).returncode == 0
     listing = run_hf(["download", SEED_MODEL, "--local-dir", str(local), "--dry-run", "--format", "json"], control)
-    entries = json.loads(listing.stdout)
-    assert len(entries) == 13
-    left = dict((e["file"], e["size"]) for e in entries)
-    assert left[SHARDS[0]] is None and left[SHARDS[3]] == 256 * 1024
-    assert [k for k, v in left.items() if v is None] == SHARDS[:3]
-    assert sum(v for k, v in left.items() if k in SHARDS and v) == 5 * 256 * 1024
+    left = dict((e["file"], e["size"]) for e in json.loads(listing.stdout))
+    # as huggingface_hub 1.33 prints them: rounded strings, "-" for what is there
+    assert [k for k, v in left.items() if v == "-"] == SHARDS[:3]
+    assert left[SHARDS[3]] == "262.1K"
+
+
+def test_models_ls_lists_exact_sizes():
+    result = run_hf(["models", "ls", SEED_MODEL, "-R", "--format", "json"], "/nonexistent-control")
+    assert result.returncode == 0, result.stderr
+    entries = json.loads(result.stdout)
+    sizes = dict((e["path"], e["size"]) for e in entries)
+    assert len(entries) == 13 and all(sizes[s] == 256 * 1024 for s in SHARDS)
+    assert all(e["lfs"]["size"] == e["size"] for e in entries if e["path"] in SHARDS)
+    assert all("lfs" not in e for e in entries if e["path"] not in SHARDS)

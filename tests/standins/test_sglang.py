@@ -302,6 +302,11 @@ def test_tool_call_as_glm47_makes_it(ready_server):
     assert none["message"]["tool_calls"] is None and none["finish_reason"] == "stop"
     status, body = ready_server.post("/v1/chat/completions", {"messages": ask["messages"], "tool_choice": "required"}, key=KEY)
     assert status == 400 and json.loads(body)["message"] == "Tools cannot be empty if tool choice is set to required."
+    status, body = ready_server.post("/v1/chat/completions", dict(ask, tool_choice="sometimes"), key=KEY)
+    assert status == 400
+    status, body = ready_server.post("/v1/chat/completions", {"messages": ask["messages"], "tool_choice": {
+        "type": "function", "function": {"name": "get_weather"}}}, key=KEY)
+    assert status == 400 and json.loads(body)["message"] == "Tools cannot be empty if tool choice is set to a specific tool."
     named = dict(ask, tool_choice={"type": "function", "function": {"name": "nope"}})
     status, body = ready_server.post("/v1/chat/completions", named, key=KEY)
     assert status == 400 and json.loads(body)["message"] == "Tool 'nope' not found in tools list."

@@ -15,8 +15,10 @@ file, a newline when it closes; at the end, on stdout, "\x1b[32m✓ Downloaded\x
 (cli/download.py; the colour codes stay in a file). With -q/--quiet (a global flag, accepted anywhere), stdout
 is DIR alone. --dry-run (cli/download.py L80-85, L202-223) downloads nothing and prints
 "[dry-run] Will download K files (out of N) totalling 120.0M." and a FILE/SIZE table (sizes rounded with
-_format_size, "-" for files already there), or with --format json a list of {"file", "size"} (size in bytes,
-null for files already there).
+_format_size, "-" for files already there), or with --format json a list of {"file", "size"} with the same
+rounded strings (checked against huggingface_hub 1.33 on a loopback hub). `hf models ls REPO -R --format json`
+lists the repository's files with exact sizes: [{"path", "size", "blob_id", "lfs": {"size", "sha256",
+"pointer_size"}}] (lfs for LFS files only).
 WHAT IT DOES NOT DO: no network, no Hub cache (--local-dir is required), no authentication, no parallel
 downloads (--max-workers is accepted and ignored: files are fetched one after the other, in name order as
 the Hub lists them), no real safetensors content (the shard bytes are deterministic filler).
@@ -232,16 +234,38 @@ def size_text(size):
 def dry_run(args, files):
     todo = dict((name, size) for name, (size, _data) in files.items()
                 if args.force_download or not is_complete(args.local_dir, name, size))
+    sizes = dict((name, size_text(todo[name]) if name in todo else "-") for name in files)
     if args.format == "json":
-        print(json.dumps([{"file": name, "size": todo.get(name)} for name in files]), flush=True)
+        print(json.dumps([{"file": name, "size": sizes[name]} for name in files]), flush=True)
         return 0
     print("[dry-run] Will download %d files (out of %d) totalling %s." % (len(todo), len(files), size_text(sum(todo.values()))))
     width = max([len("FILE")] + [len(name) for name in files])
-    print("%s  SIZE" % "FILE".ljust(width))
-    print("%s  %s" % ("-" * width, "-" * 6))
+    swidth = max([len("SIZE")] + [len(v) for v in sizes.values()])
+    print("%s %s" % ("FILE".ljust(width), "SIZE".ljust(swidth)))
+    print("%s %s" % ("-" * width, "-" * swidth))
     for name in files:
-        print("%s  %s" % (name.ljust(width), size_text(todo[name]) if name in todo else "-"))
+        print("%s %s" % (name.ljust(width), sizes[name].ljust(swidth)))
     sys.stdout.flush()
+    return 0
+
+
+def list_files(args):
+    """`hf models ls REPO -R --format json`: the repository's files with their exact sizes (cli/_file_listing.py,
+    list_repo_tree(expand=True)); LFS files (the shards) carry an "lfs" object too."""
+    shards = number("hf-shards", 8, int)
+    shard_bytes = number("hf-shard-kib", 256, int) * 1024
+    entries = []
+    for name, (size, data) in checkpoint_files(args.repo_id, shards, shard_bytes).items():
+        blob = hashlib.sha1(("%s/%s/blob" % (args.repo_id, name)).encode()).hexdigest()
+        entry = {"path": name, "size": size, "blob_id": blob}
+        if data is None:
+            entry["lfs"] = {"size": size, "sha256": hashlib.sha256(blob.encode()).hexdigest(), "pointer_size": 134}
+        entries.append(entry)
+    if args.format == "json":
+        print(json.dumps(entries, indent=2), flush=True)
+    else:
+        for entry in entries:
+            print("%d %s %s" % (entry["size"], "2026-11-01", entry["path"]))
     return 0
 
 
@@ -314,12 +338,22 @@ def main(argv=None):
     dl.add_argument("-q", "--quiet", action="store_true")
     dl.add_argument("--format", choices=["auto", "human", "agent", "json", "quiet"], default="auto")
     dl.add_argument("--json", dest="format", action="store_const", const="json")
+    models = commands.add_parser("models", help="List files of a model repository")
+    models_commands = models.add_subparsers(dest="models_command", metavar="{ls}")
+    listing = models_commands.add_parser("ls")
+    listing.add_argument("repo_id")
+    listing.add_argument("-R", "--recursive", action="store_true")
+    listing.add_argument("--revision")
+    listing.add_argument("--format", choices=["auto", "human", "agent", "json", "quiet"], default="auto")
+    listing.add_argument("--json", dest="format", action="store_const", const="json")
     args = parser.parse_args(argv)
+    if args.command == "models" and getattr(args, "models_command", None) == "ls":
+        return list_files(args)
     if args.format == "quiet":
         args.quiet = True
     if args.command != "download":
         parser.print_usage(sys.stderr)
-        sys.stderr.write("hf: error: the stand-in only implements `hf download`\n")
+        sys.stderr.write("hf: error: the stand-in only implements `hf download` and `hf models ls REPO`\n")
         return 2
     return download(args)
 

@@ -146,3 +146,16 @@ def test_an_idle_stop_is_said_plainly_and_the_activity_file_read(tmp_path):
     record = sp.read_activity(str(path), now=1030)
     assert record['idle_for'] == 130 and record['requests_total'] == 5 and record['stopped_idle'] is None
     assert sp.read_activity(str(tmp_path / 'missing')) is None
+
+
+def test_a_phase_never_goes_back_for_the_same_job():
+    running = dict(SERVE, state='RUNNING', reason='None', nodes='node1')
+    floor = {'about': '12', 'phase': 'capturing', 'line': 'capturing CUDA graphs: job 12 on node1'}
+    # the marker left the end of the log that is read: still capturing, not "starting"
+    flat = progress({'12': 'DeepGEMM JIT ...\n' * 10}).__class__(read_log=lambda job: 'noise\n', clock=lambda: 1000.0, floor=floor)
+    said = flat.describe([dict(DL, state='COMPLETED'), running])
+    assert (said['phase'], said['line']) == ('capturing', 'capturing CUDA graphs: job 12 on node1')
+    assert flat.phase([dict(DL, state='COMPLETED'), running]) == 'capturing'
+    # another job (a resubmission) starts from its own beginning
+    other = dict(running, job_id='13')
+    assert flat.describe([dict(DL, state='COMPLETED'), other])['phase'] == 'starting'

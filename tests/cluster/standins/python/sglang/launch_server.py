@@ -269,8 +269,13 @@ def tool_choice_of(body, tools):
     choice = body.get("tool_choice")
     if choice is None:
         choice = "auto" if tools else "none"
+    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+        # pydantic refuses it before serving_chat sees it: HTTP 400 as well
+        raise BadRequest("tool_choice: Input should be 'none', 'auto' or 'required'")
     if choice == "required" and not tools:
         raise BadRequest("Tools cannot be empty if tool choice is set to required.")
+    if isinstance(choice, dict) and not tools:
+        raise BadRequest("Tools cannot be empty if tool choice is set to a specific tool.")
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         if name not in [((t or {}).get("function") or {}).get("name") for t in tools]:
