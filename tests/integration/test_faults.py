@@ -172,8 +172,13 @@ class Output:
             into.append((time.monotonic(), line) if stamp else line)
 
     def finish(self, timeout):
-        """Waits for the deploy to end; returns its stdout."""
-        self.proc.wait(timeout=timeout)
+        """Waits for the deploy to end; returns its stdout. On timeout, fails with what it printed so far."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail('the deploy did not end within %d s; it printed:\n%s\n%s' % (
+                timeout, ''.join(line for _t, line in self.lines)[-6000:], ''.join(self.err)[-2000:]))
         for reader in self.readers:
             reader.join(10)
         return ''.join(line for _t, line in self.lines)
