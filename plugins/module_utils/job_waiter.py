@@ -37,7 +37,7 @@ SNAPSHOT_VERSION = 1
 __all__ = ['JobWaiter', 'Target', 'WaitPolicy', 'WaitFailed', 'OutputWatcher', 'LocalFiles', 'Signal', 'read_tail',
            'describe', 'chain_summary', 'never_satisfiable', 'waiting_for_node', 'STATE_MEANINGS']
 
-#: states in which a job's row can be refreshed by the state-only query (Slurm 23.11+)
+#: states in which a job's row can be refreshed by the state-only query (Slurm 23.11.5+)
 _STATE_ONLY_OK = ('RUNNING', 'COMPLETING', 'CONFIGURING')
 
 
@@ -401,7 +401,7 @@ class JobWaiter:
         return parents if alone else [target.job_id] + parents
 
     def _observe(self):
-        """Known ids are read with one ``scontrol --local show job`` each (1 RPC, all details), or, on Slurm 23.11+
+        """Known ids are read with one ``scontrol --local show job`` each (1 RPC, all details), or, on Slurm 23.11.5+
         when every one of them runs, with one ``squeue --only-job-state`` call; a job whose state changed is then
         read in detail."""
         before = dict((i, (j.get('state'), j.get('reason'))) for i, j in self.jobs.items())

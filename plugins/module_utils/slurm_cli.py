@@ -120,9 +120,10 @@ class SlurmCli:
         return self._version, self._version_tuple
 
     def only_job_state(self):
-        """True when squeue has --only-job-state (Slurm 23.11 and later)."""
+        """True when squeue has --only-job-state: Slurm 23.11.5 and later (its NEWS: "squeue - add --only-job-state
+        option"; 23.11.0 to 23.11.4 refuse the option)."""
         if self._only_job_state is None:
-            self._only_job_state = self.version()[1] >= (23, 11, 0)
+            self._only_job_state = (self.version()[1] or (0,)) >= (23, 11, 5)
         return self._only_job_state
 
     # -- queries ---------------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class SlurmCli:
         return sp.parse_squeue(out, fields)
 
     def states(self, job_ids):
-        """``squeue --only-job-state`` (Slurm 23.11+): rows with job_id and state only, one call for all ids.
+        """``squeue --only-job-state`` (Slurm 23.11.5+): rows with job_id and state only, one call for all ids.
 
         Returns None when the cheap form is unavailable or refused (then it is not tried again).
         """

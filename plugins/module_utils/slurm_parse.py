@@ -80,7 +80,7 @@ SQUEUE_FIELDS = (
     ('name', '%j'),
 )
 
-#: (key, code) of the cheap format used with ``--only-job-state`` (Slurm 23.11 and later).
+#: (key, code) of the cheap format used with ``--only-job-state`` (Slurm 23.11.5 and later).
 SQUEUE_STATE_FIELDS = (
     ('job_id', '%i'),
     ('state', '%T'),

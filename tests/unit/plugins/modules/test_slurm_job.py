@@ -286,6 +286,18 @@ def test_version_23_11_polls_with_only_job_state(run, monkeypatch):
     assert result['slurm_version'] == '24.11.1'
 
 
+@pytest.mark.parametrize('version, expected', [('slurm 23.11.4\n', False), ('slurm 23.11.5\n', True), ('slurm 22.05.8\n', False)])
+def test_only_job_state_from_23_11_5(run, version, expected):
+    """--only-job-state appeared in 23.11.5 (NEWS), not 23.11.0: older squeue would refuse it."""
+    slurm = Slurm(version=version).on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1'))
+    slurm.on(['/usr/bin/squeue', '--local', '-h', '--only-job-state', '-t', 'all', '-j', '4124', '-o', '%i\x1f%T'],
+             out='4124\x1fRUNNING\n')
+    run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'wait': True, 'wait_condition': ['COMPLETED'],
+                    'wait_timeout': 2}, slurm)
+    assert bool([a for a in slurm.argvs('squeue') if '--only-job-state' in a]) is expected
+
+
 def test_end_time_update_only_when_different(run):
     slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'RUNNING', nodes='node1')).on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=scontrol('4124', 'RUNNING', nodes='node1', end='2026-11-30T20:00:00'))
