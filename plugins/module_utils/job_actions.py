@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - not POSIX
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
 from ansible_collections.glm.serve.plugins.module_utils import serve_progress
-from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed, describe, read_tail
+from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed, describe
 from ansible_collections.glm.serve.plugins.module_utils.wait_policy import WaitPolicy
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 
@@ -567,8 +567,7 @@ def progress_reader(ctx, waiter, secrets=()):
     resume = ctx.params.get('wait_resume') or {}
 
     def read_log(job):
-        path = waiter.output_paths.get(job.get('job_id')) or job.get('output_path')
-        return '\n'.join(read_tail(path, ctx.files, count=400, secrets=secrets, chunk=32 * 1024)) if path else ''
+        return serve_progress.log_end(waiter.output_paths.get(job.get('job_id')) or job.get('output_path'), ctx.files, secrets)
 
     return serve_progress.Progress(model_dir=spec.get('model_dir'), read_log=read_log, sample=resume.get('sample'),
                                    floor=resume.get('floor'))
@@ -600,7 +599,7 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
                 result['changed'] = True
         fill_job(result, exc.job)
         result['chain'] = chain_entries(exc.chain)
-        result['events'] = (waiter.earlier_events + waiter.events)[-50:]
+        result['events'] = waiter.recent_events()
         result['duration'] = round(ctx.clock.now() - waiter.start, 3) if waiter.start is not None else 0.0
         endpoint = waiter.targets[0].port.endpoint if waiter.targets[0].port else None
         if endpoint:
@@ -617,7 +616,7 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
         chain = waiter.chain(target)
         fill_job(result, chain[-1])
         result['chain'] = chain_entries(chain)
-        result['events'] = (waiter.earlier_events + waiter.events)[-50:]
+        result['events'] = waiter.recent_events()
         result['duration'] = round(ctx.clock.now() - waiter.start, 3)
         said = progress.describe(chain)
         result.update(wait_done=False, phase=said['phase'], progress=said['line'],
@@ -634,11 +633,11 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
         result['endpoint'] = outcome['endpoint']
         result['models'] = outcome['models']
         result['max_model_len'] = outcome['max_model_len']
-    if progress is not None:
-        said = progress.describe(outcome['chain'], ready=target.probe is not None and bool(outcome.get('endpoint')),
-                                 endpoint=outcome.get('endpoint'), model=target.probe.model if target.probe else None)
-        if target.probe is None:
-            said = {'phase': 'ready', 'line': 'done: %s' % describe(outcome['job'])}
+    if progress is not None and target.probe is None:
+        result.update(wait_done=True, phase='ready', progress='done: %s' % describe(outcome['job']))
+    elif progress is not None:
+        said = progress.describe(outcome['chain'], ready=bool(outcome.get('endpoint')), endpoint=outcome.get('endpoint'),
+                                 model=target.probe.model)
         result.update(wait_done=True, phase=said['phase'], progress=said['line'])
     return outcome
 

@@ -96,7 +96,6 @@ class JobWaiter:
         self.start = None
         self.covered = False       # the last round found every event covered (rounds a backstop apart)
         self.schedule = None       # the PollSchedule, once the wait started
-        self.last_event = None     # the last event's text before a restore (not repeated)
         self.earlier_events = []   # the last events of the slices before a restore
         for target in self.targets:
             if target.known:
@@ -179,8 +178,7 @@ class JobWaiter:
                          'trigger_at': rel(schedule.trigger_at), 'last_round': rel(schedule.last_round)},
             'covered': self.covered,
             'last_error': self.last_error,
-            'last_event': self.events[-1].split(' ', 1)[1] if self.events else self.last_event,
-            'events': (self.earlier_events + self.events)[-20:],
+            'events': self.recent_events(20),
             'jobs': self.jobs,
             'output_paths': self.output_paths,
             'watchers': dict((job_id, {'path': w.path, 'state': list(w.state) if w.state else None, 'offset': w.offset,
@@ -217,7 +215,6 @@ class JobWaiter:
         self.schedule.trigger_at, self.schedule.last_round = at(sched['trigger_at']), at(sched['last_round'])
         self.covered = snap['covered']
         self.last_error = snap['last_error']
-        self.last_event = snap.get('last_event')
         self.earlier_events = list(snap.get('events') or [])
         self.jobs = dict(snap['jobs'])
         self.output_paths = dict(snap['output_paths'])
@@ -294,9 +291,13 @@ class JobWaiter:
     def _elapsed(self):
         return self.clock.now() - self.start
 
+    def recent_events(self, count=50):
+        """The last ``count`` event lines, those of the slices before a restore included."""
+        return (self.earlier_events + self.events)[-count:]
+
     def _event(self, text):
-        last = self.events[-1].split(' ', 1)[1] if self.events else self.last_event
-        if last == text:
+        recent = self.recent_events(1)
+        if recent and recent[0].split(' ', 1)[1] == text:
             return
         elapsed = self._elapsed()
         line = '+%.1fs %s' % (elapsed, text)
@@ -667,7 +668,7 @@ class JobWaiter:
 
     def _result(self):
         result = self._target_result(self.targets[0])
-        result.update(events=(self.earlier_events + self.events)[-50:], duration=round(self._elapsed(), 3))
+        result.update(events=self.recent_events(), duration=round(self._elapsed(), 3))
         if len(self.targets) > 1:
             result['targets'] = [self._target_result(t) for t in self.targets]
         return result

@@ -24,6 +24,7 @@ import re
 import time
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
 
 #: the file the download job writes next to the weights: the repository's total size, and what was there at start
 TOTAL_FILE = '.glm-serve-download.json'
@@ -104,8 +105,14 @@ def dir_bytes(path, since=None):
     return total
 
 
+def log_end(path, files=None, secrets=()):
+    """The end of a job's output file as text (its last 400 lines within 32 KB, secrets redacted): what the phase
+    is read from. '' when there is no such file."""
+    return '\n'.join(read_tail(path, files, count=400, secrets=secrets, chunk=32 * 1024)) if path else ''
+
+
 def read_total(model_dir):
-    """The download job's record (``total_bytes``, ``files``, ``start_bytes``, ``started``), or None."""
+    """The download job's record (``total_bytes``, ``start_bytes``, ``started``), or None."""
     try:
         with open(os.path.join(model_dir, TOTAL_FILE)) as handle:
             record = json.load(handle)

@@ -24,17 +24,8 @@ description:
     average since the job started; the sliced wait measures it over the last interval.
 author:
   - glm.serve maintainers (@glm-serve)
-attributes:
-  check_mode:
-    description: Reads only; runs in check mode too.
-    support: full
-  diff_mode:
-    description: Not supported.
-    support: none
-  platform:
-    description: Runs on the login node of the cluster.
-    support: full
-    platforms: posix
+extends_documentation_fragment:
+  - glm.serve.attributes.read_only
 options:
   server:
     description:
@@ -117,7 +108,6 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.glm.serve.plugins.module_utils import serve_progress
-from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
 
 
 def main():
@@ -140,7 +130,7 @@ def main():
         if not job.get('name'):
             return ''
         path = job.get('output_path') or os.path.join(params['chdir'], '%s-%s.out' % (job.get('name'), job['job_id']))
-        return '\n'.join(read_tail(path, count=400, chunk=32 * 1024))
+        return serve_progress.log_end(path)
 
     said = serve_progress.Progress(model_dir=params['model_dir'], read_log=read_log).describe(
         jobs, ready=params['ready'], endpoint=params['endpoint'], model=params['model'])

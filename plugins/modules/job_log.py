@@ -22,17 +22,8 @@ description:
     O(key_file), read on the host). The key is never returned.
 author:
   - glm.serve maintainers (@glm-serve)
-attributes:
-  check_mode:
-    description: Reads only; runs in check mode too.
-    support: full
-  diff_mode:
-    description: Not supported.
-    support: none
-  platform:
-    description: Runs on the login node of the cluster.
-    support: full
-    platforms: posix
+extends_documentation_fragment:
+  - glm.serve.attributes.read_only
 options:
   name:
     description: The job name (the C(%x) of its output file name).

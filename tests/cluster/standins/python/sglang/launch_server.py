@@ -243,14 +243,18 @@ STRAWBERRY_REASONING = (
 STRAWBERRY_ANSWER = 'The letter **r** appears **3** times in "strawberry" (st**r**awbe**rr**y).'
 
 
+def message_text(content):
+    """A message's content as text: a string, or the text parts of a list of parts."""
+    if isinstance(content, list):
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
 def canned_answer(messages):
     text = ""
     for message in reversed(messages or []):
         if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-            text = str(content or "")
+            text = message_text(message.get("content"))
             break
     lowered = text.lower()
     if "strawberry" in lowered and ("letter r" in lowered or "r's" in lowered or "how many r" in lowered):
@@ -462,11 +466,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 content = markup
         elif last.get("role") == "tool":
-            result = last.get("content")
-            if isinstance(result, list):
-                result = " ".join(str(part.get("text", "")) for part in result if isinstance(part, dict))
             reasoning = "The tool answered; I report its result."
-            content = "The tool returned: %s" % str(result)[:200]
+            content = "The tool returned: %s" % message_text(last.get("content"))[:200]
         if not self.state.args.reasoning_parser:
             content, reasoning = "<think>%s</think>%s" % (reasoning, content), None
         prompt_tokens = len(prompt.split()) + 8
