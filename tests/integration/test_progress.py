@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from deploy_helpers import BIN, REPO, isolated_vars, login_home, require_cluster, run_playbook, scancel_names
+from deploy_helpers import BIN, REPO, isolated_vars, login_home, my_jobs, require_cluster, run_playbook, scancel_names
 
 WORK = 'it-progress'
 NAMES = ('it-prog-download', 'it-prog-serve')
@@ -97,7 +97,11 @@ def test_progress_lines_while_waiting_and_the_same_line_in_status(slow, tmp_path
     # 1. submit without waiting; while the download runs, status says where it stands, in the same words
     first = run_playbook('deploy.yml', dict(variables, server_wait=False), str(tmp_path))
     assert first.returncode == 0, first.stdout + first.stderr
-    time.sleep(8)
+    # the download runs (it may wait a moment for a node an earlier test's job still leaves), then prints a while
+    deadline = time.monotonic() + 90
+    while not [r for r in my_jobs(lambda name: name == NAMES[0]) if r[2] == 'RUNNING'] and time.monotonic() < deadline:
+        time.sleep(1)
+    time.sleep(6)
     status = run_playbook('status.yml', variables, str(tmp_path))
     assert status.returncode == 0, status.stdout + status.stderr
     said = re.search(r"progress: ((?:downloading|saving)[^'\"\n]*)", status.stdout)
