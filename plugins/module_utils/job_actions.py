@@ -955,7 +955,10 @@ def submit(ctx, to_cancel, result):
     result['cluster'] = cluster
     write_record(ctx, job_id, digest)
     # work_dir: the output path follows from the script's --output without asking Slurm (local_output_path)
-    return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING', 'work_dir': os.path.abspath(chdir)}
+    # restarts 0: a job is submitted never requeued, so a later row with Restarts=1 is a requeue even when the first
+    # row the wait sees is already the requeued one (its node went DOWN before a round saw it RUNNING)
+    return {'job_id': job_id, 'name': ctx.name, 'user': ctx.user, 'state': 'PENDING', 'work_dir': os.path.abspath(chdir),
+            'restarts': '0'}
 
 
 def absent(ctx):

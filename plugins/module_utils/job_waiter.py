@@ -56,7 +56,7 @@ class Target:
         self.parent_ids = [str(p) for p in parents if p]
         self.probe = probe
         self.known = dict(known) if known else None
-        self.requeue = wr.RequeueTracker()
+        self.requeue = wr.RequeueTracker(self.known.get('restarts') if self.known else None)
         self.port = None           # PortSignal, once the start of the wait is known
         self.verdict = None        # the last rule's verdict (wr.WAIT, wr.PROBE, wr.SUCCESS)
         self.skipped = 0           # rounds that asked for the parents alone

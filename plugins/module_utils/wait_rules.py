@@ -112,9 +112,9 @@ def never_satisfiable(job, parents):
 class RequeueTracker:
     """Remembers whether a job ran and its first Restarts count: a later PENDING means Slurm requeued it."""
 
-    def __init__(self):
+    def __init__(self, restarts=None):
         self.ran = False
-        self.restarts = None
+        self.restarts = _int(restarts)   # from the submission (0) when known, else from the first row seen
 
     def requeued(self, job):
         state = job.get('state')

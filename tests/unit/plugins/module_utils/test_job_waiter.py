@@ -479,6 +479,16 @@ def test_requeued_job_fails_at_once():
     assert clock.t < 8
 
 
+def test_a_target_known_at_restarts_0_sees_a_requeue_in_its_first_round():
+    # the node went DOWN before any round saw the job RUNNING: the first row asked is already the requeued one
+    requeued = dict(job('2', 'PENDING', reason='BeginTime'), restarts='1')
+    target = jw.Target('2', known=dict(job('2', 'PENDING'), restarts='0'))
+    assert target.requeue.restarts == 0 and target.requeue.requeued(requeued)
+    # a job adopted as found: its first Restarts is where it stands, not a requeue
+    waiter, cli, clock = make({'2': [(0, requeued), (30, job('2', 'RUNNING', nodes='node2'))]}, timeout=60)
+    assert waiter.wait()['job']['state'] == 'RUNNING'
+
+
 def test_node_fail_and_cancel_are_explained():
     for state, words in (('NODE_FAIL', 'its node failed'), ('CANCELLED', 'it was cancelled')):
         waiter, cli, clock = make({'2': [(0, job('2', state))]})

@@ -704,6 +704,19 @@ def test_a_job_just_submitted_after_another_is_not_asked_again_before_its_parent
     assert result['reason'] == 'None'                             # what Slurm said, not the assumption
 
 
+def test_a_job_requeued_before_the_wait_saw_it_run_fails_as_requeued(run, tmp_path):
+    """The node of a job just submitted went DOWN before a round of the wait saw the job RUNNING: the first row
+    the wait gets is already the requeued one (PENDING, BeginTime, Restarts=1). The submission's row says
+    Restarts=0, so this is a requeue: the wait fails at once instead of waiting out the BeginTime."""
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    requeued = scontrol('4125', 'PENDING', reason='BeginTime').replace('Restarts=0', 'Restarts=1')
+    slurm = Slurm().on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4125'], out=requeued)
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 30}, slurm)
+    assert not ok and 'requeued by Slurm' in result['msg'], result
+
+
 # -- bad nodes: a job that failed its node's check is submitted again without that node ---------------------------
 
 GPU_FAIL = ('gpu-check: node1 GPU 3 NVIDIA H200 00000000:5D:00.0: 73156 of 143771 MiB free, ECC 0, Default, 1 process(es): BAD\n'
