@@ -51,6 +51,7 @@ call_through_tunnel() {
   local dir node port=30080
   dir=$(mktemp -d)
   ansible-playbook playbooks/fetch_key.yml -e glm_key_dest="$dir/api-key" > /dev/null
+  # shellcheck disable=SC2016  # expanded by the login node's shell, not here
   node=$(login '. ~/glm/endpoint; echo "$GLM_BASE_URL"' | sed -E 's#^http://([^:]+):.*#\1#')
   echo "tunnel: ssh -N -L $port:$node:30000 glmuser@127.0.0.1 -p 2222 (the line deploy printed, on a free local port)"
   ssh -i "$cluster_dir/ssh/id_ed25519" -o UserKnownHostsFile="$cluster_dir/ssh/known_hosts" -o StrictHostKeyChecking=yes \

@@ -196,6 +196,7 @@ EOF
   } | write_if_changed "$CONF"
   # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.
   # slurmstepd reads "export NAME=value" lines that the TaskProlog prints.
+  # shellcheck disable=SC2016  # $PATH is expanded by the TaskProlog, not here
   printf '#!/bin/sh\n# TaskProlog of the glm.serve local test cluster (written by tests/cluster/cluster.sh).\necho "export PATH=%s/standins/node-bin:$PATH"\n' "$D" |
     write_if_changed "$D/etc/task_prolog.sh"
   chmod 0755 "$D/etc/task_prolog.sh"
