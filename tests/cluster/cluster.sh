@@ -3,20 +3,37 @@
 # (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each), a Pyxis stand-in SPANK plugin, and a
 # login user reached by real SSH. Run as root. See tests/cluster/README.md.
 #
-#   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env
+#   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD...
+#
+# GLM_CLUSTER_RELEASE=bookworm (default): the host's own Debian packages, on the host.
+# GLM_CLUSTER_RELEASE=trixie|sid: the same cluster, plus slurmdbd with MariaDB, in a Debian root made by
+# debootstrap under /var/lib/glm-roots/RELEASE, run in its own mount, PID, UTS, IPC and network namespaces;
+# its login node is reached from the host over a veth pair (see "Roots" in README.md).
 set -euo pipefail
 
 GLM_CLUSTER_DIR=${GLM_CLUSTER_DIR:-/var/lib/glm-cluster}
 D=$GLM_CLUSTER_DIR
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+RELEASE=${GLM_CLUSTER_RELEASE:-bookworm}
+# set (by the host side of this script) when this script runs inside a root
+IN_ROOT=${GLM_CLUSTER_IN_ROOT:-}
+# slurmdbd + MariaDB (the roots have it; the host cluster has no accounting)
+ACCOUNTING=${GLM_CLUSTER_ACCOUNTING:-}
+MIN_JOB_AGE=${GLM_CLUSTER_MIN_JOB_AGE:-300}
 LOGIN_USER=glmuser
-LOGIN_HOME=/home/$LOGIN_USER
+LOGIN_HOME=${GLM_CLUSTER_LOGIN_HOME:-/home/$LOGIN_USER}
 SSH_PORT=${GLM_CLUSTER_SSH_PORT:-2222}
+SSH_LISTEN=${GLM_CLUSTER_SSH_LISTEN:-127.0.0.1}
+# another address the login node is reached at (a root's veth address), for known_hosts
+SSH_ADDR=${GLM_CLUSTER_SSH_ADDR:-}
 CTLD_PORT=${GLM_CLUSTER_CTLD_PORT:-6817}
+DBD_PORT=$((CTLD_PORT - 1))
 NODES=(node1 node2)
 declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12)
 declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)))
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3)
+if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less); fi
+if [ -n "$ACCOUNTING" ]; then PACKAGES+=(slurmdbd mariadb-server mariadb-client); fi
 CONF=$D/etc/slurm.conf
 MUNGE_SOCKET=$D/run/munge/munge.socket.2
 SSH_KEY=$D/ssh/id_ed25519
@@ -49,7 +66,8 @@ live_pid() {
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   alive "$pid" || return 1
   cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  [[ $cmd == *"$D/"* ]] || return 1
+  # slurmdbd takes no config path on its command line: its name must do
+  [[ $cmd == *"$D/"* ]] || { [[ $f == */slurmdbd.pid ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmdbd ]; } || return 1
   printf '%s\n' "$pid"
 }
 
@@ -169,7 +187,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 JobCompType=jobcomp/none
 MpiDefault=none
 SelectType=select/cons_tres
@@ -184,7 +202,7 @@ GresTypes=gpu
 PlugStackConfig=$D/etc/plugstack.conf
 TaskProlog=$D/etc/task_prolog.sh
 KillWait=5
-MinJobAge=300
+MinJobAge=$MIN_JOB_AGE
 InactiveLimit=0
 MailProg=/bin/true
 EOF
@@ -205,6 +223,40 @@ EOF
     write_if_changed "$D/etc/gres.conf"
   printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control\n' "$D" "$D" "$D" |
     write_if_changed "$D/etc/plugstack.conf"
+  # slurmd 24.11 and later initialise a cgroup plugin even with proctrack/linuxproc, and a root has no cgroup
+  # mount: "disabled" exists from 24.05 (22.05 on the host needs no cgroup.conf)
+  if [ -n "$IN_ROOT" ]; then echo 'CgroupPlugin=disabled' | write_if_changed "$D/etc/cgroup.conf"; fi
+  write_slurmdbd_conf
+}
+
+accounting_conf() {
+  if [ -n "$ACCOUNTING" ]; then
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\n' "$DBD_PORT"
+  else
+    echo 'AccountingStorageType=accounting_storage/none'
+  fi
+}
+
+# slurmdbd.conf (mode 0600: it holds the database password) next to slurm.conf, where slurmdbd looks for it
+write_slurmdbd_conf() {
+  [ -n "$ACCOUNTING" ] || return 0
+  write_if_changed "$D/etc/slurmdbd.conf" <<EOF
+# Written by tests/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$D/run/slurmdbd.pid
+LogFile=$D/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=glm
+StorageLoc=slurm_acct_db
+EOF
+  chmod 0600 "$D/etc/slurmdbd.conf"
 }
 
 # /etc/slurm/slurm.conf -> our config, unless a foreign file is there
@@ -289,6 +341,9 @@ setup_ssh() {
   {
     printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
     printf '[localhost]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    if [ -n "$SSH_ADDR" ]; then
+      printf '[%s]:%s %s\n' "$SSH_ADDR" "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    fi
   } | write_if_changed "$KNOWN_HOSTS"
 
   local sftp=/usr/lib/openssh/sftp-server
@@ -296,7 +351,7 @@ setup_ssh() {
   write_if_changed "$D/ssh/sshd_config" <<EOF
 # Written by tests/cluster/cluster.sh: the glm test cluster's login node.
 Port $SSH_PORT
-ListenAddress 127.0.0.1
+ListenAddress $SSH_LISTEN
 HostKey $D/ssh/ssh_host_ed25519_key
 PidFile $D/run/sshd.pid
 AuthorizedKeysFile .ssh/authorized_keys
@@ -345,12 +400,15 @@ cmd_install() {
   setup_hosts
   setup_user
   setup_ssh
+  [ -z "$ACCOUNTING" ] || init_mariadb
+  if [ -n "$IN_ROOT" ]; then slurm_version >/.glm-slurm-version; fi
   log "installed (Slurm $(slurm_version)) in $D"
 }
 
 installed() {
   [ -f "$CONF" ] && [ -f "$D/lib/pyxis_standin.so" ] && [ -s "$SSH_KEY" ] && id "$LOGIN_USER" >/dev/null 2>&1 &&
-    command -v slurmctld >/dev/null && command -v munged >/dev/null
+    command -v slurmctld >/dev/null && command -v munged >/dev/null &&
+    { [ -z "$ACCOUNTING" ] || { command -v slurmdbd >/dev/null && [ -d "$D/mysql/mysql" ]; }; }
 }
 
 # ---------------------------------------------------------------- start / stop
@@ -380,10 +438,58 @@ start_munged() {
     --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed" --log-file="$D/log/munged.log"
   local i
   for ((i = 0; i < 50; i++)); do
-    [ -S "$MUNGE_SOCKET" ] && return 0
+    if [ -S "$MUNGE_SOCKET" ]; then
+      # sacctmgr (24.11) talks to slurmdbd through munge's default socket, not AuthInfo's: in a root (its own
+      # /run) point that at ours
+      if [ -n "$IN_ROOT" ]; then install -d -m 0755 /run/munge && ln -sfn "$MUNGE_SOCKET" /run/munge/munge.socket.2; fi
+      return 0
+    fi
     sleep 0.1
   done
   die "munged did not create $MUNGE_SOCKET (see $D/log/munged.log)"
+}
+
+# ---- accounting: MariaDB (Debian's server, own datadir, socket only) and slurmdbd
+
+MARIADB_PID=/run/mysqld/glm-mariadbd.pid
+
+init_mariadb() {
+  [ -d "$D/mysql/mysql" ] && return 0
+  log "initialising MariaDB in $D/mysql"
+  install -d -m 0750 -o mysql -g mysql "$D/mysql"
+  mariadb-install-db --user=mysql --datadir="$D/mysql" --skip-test-db >"$D/log/mariadb-install.log" 2>&1 ||
+    die "mariadb-install-db failed (see $D/log/mariadb-install.log)"
+}
+
+start_mariadb() {
+  if live_pid "$MARIADB_PID" >/dev/null; then return 0; fi
+  install -d -m 0755 -o mysql -g mysql /run/mysqld
+  rm -f /run/mysqld/mysqld.sock
+  # mariadbd stays in the foreground: detach it; it writes its own pid file
+  setsid mariadbd --user=mysql --datadir="$D/mysql" --socket=/run/mysqld/mysqld.sock --pid-file="$MARIADB_PID" \
+    --skip-networking --log-error="$D/mysql/mariadb.err" </dev/null >/dev/null 2>&1 &
+  local i
+  for ((i = 0; i < 300; i++)); do
+    if [ -S /run/mysqld/mysqld.sock ] && mariadb -e 'select 1' >/dev/null 2>&1; then break; fi
+    sleep 0.1
+  done
+  mariadb -e 'select 1' >/dev/null 2>&1 || die "MariaDB did not start (see $D/mysql/mariadb.err)"
+  mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+    CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'glm';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || die "could not create the slurm database user"
+}
+
+start_slurmdbd() {
+  if live_pid "$D/run/slurmdbd.pid" >/dev/null; then return 0; fi
+  rm -f "$D/run/slurmdbd.pid"
+  write_slurmdbd_conf
+  slurmdbd || die "slurmdbd failed to start (see $D/log/slurmdbd.log)"
+  local deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    sacctmgr -n list cluster >/dev/null 2>&1 && return 0
+    sleep 0.3
+  done
+  die "slurmdbd does not answer (see $D/log/slurmdbd.log)"
 }
 
 CTLD_STARTED_MS=
@@ -449,6 +555,10 @@ wait_ready() {
 all_running() {
   local n
   live_pid "$D/run/munged.pid" >/dev/null || return 1
+  if [ -n "$ACCOUNTING" ]; then
+    live_pid "$MARIADB_PID" >/dev/null || return 1
+    live_pid "$D/run/slurmdbd.pid" >/dev/null || return 1
+  fi
   live_pid "$D/run/slurmctld.pid" >/dev/null || return 1
   for n in "${NODES[@]}"; do live_pid "$D/run/slurmd-$n.pid" >/dev/null || return 1; done
   live_pid "$D/run/sshd.pid" >/dev/null || return 1
@@ -473,6 +583,10 @@ cmd_start() {
   write_slurm_conf
   make_gpus
   start_munged
+  if [ -n "$ACCOUNTING" ]; then
+    start_mariadb
+    start_slurmdbd
+  fi
   start_slurmctld
   for n in "${NODES[@]}"; do start_slurmd "$n"; done
   start_sshd
@@ -501,6 +615,10 @@ cmd_stop() {
   if live_pid "$D/run/slurmctld.pid" >/dev/null; then cancel_all_jobs; fi
   for n in "${NODES[@]}"; do stop_pidfile "slurmd $n" "$D/run/slurmd-$n.pid"; done
   stop_pidfile slurmctld "$D/run/slurmctld.pid"
+  if [ -n "$ACCOUNTING" ]; then
+    stop_pidfile slurmdbd "$D/run/slurmdbd.pid"
+    stop_pidfile mariadb "$MARIADB_PID"
+  fi
   stop_pidfile sshd "$D/run/sshd.pid"
   stop_pidfile munged "$D/run/munged.pid"
 }
@@ -520,9 +638,12 @@ cmd_restart_controller() {
 
 cmd_status() {
   local ok=0 n name f pid
-  for name in munged slurmctld "${NODES[@]}" sshd; do
+  local names=(munged)
+  [ -z "$ACCOUNTING" ] || names+=(mariadb slurmdbd)
+  for name in "${names[@]}" slurmctld "${NODES[@]}" sshd; do
     case $name in
       node*) f=$D/run/slurmd-$name.pid ;;
+      mariadb) f=$MARIADB_PID ;;
       *) f=$D/run/$name.pid ;;
     esac
     if pid=$(live_pid "$f"); then
@@ -541,7 +662,14 @@ cmd_status() {
 
 cmd_env() {
   cat <<EOF
+export GLM_CLUSTER_RELEASE=$RELEASE
+export GLM_CLUSTER_ROOT=
 export GLM_CLUSTER_DIR=$D
+export GLM_CLUSTER_LOGIN_HOME=$LOGIN_HOME
+export GLM_CLUSTER_LOGIN_UID=$(id -u "$LOGIN_USER" 2>/dev/null)
+export GLM_CLUSTER_LOGIN_GID=$(id -g "$LOGIN_USER" 2>/dev/null)
+export GLM_CLUSTER_SSH_ALIAS=glm-login
+export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../.." && pwd)/inventory/local
 export SLURM_CONF=$CONF
 export GLM_CLUSTER_USER=$LOGIN_USER
 export GLM_CLUSTER_SSH_HOST=127.0.0.1
@@ -618,10 +746,281 @@ cmd_smoke() {
   return "$rc"
 }
 
+# ---------------------------------------------------------------- roots (trixie, sid)
+# The host side: a Debian root under $ROOTS_DIR/$RELEASE (debootstrap, then this script's own install run
+# inside it), and a namespace holder: unshare --mount --pid --net --uts --ipc, whose PID 1 is chrooted into the
+# root and only reaps. Everything of the root runs in those namespaces (nsenter), so its slurmctld, slurmd, munged,
+# MariaDB and sshd have their own ports, sockets and /run. Inside, the root is also mounted at its own host path
+# ($ROOT), so that a host path under the root (the login home, the key, the control folder) names the same file on
+# both sides. The login node is reached from the host over a veth pair: 10.77.N.1 (host) - 10.77.N.2 (root).
+
+ROOTS_DIR=${GLM_ROOTS_DIR:-/var/lib/glm-roots}
+ROOTS_CACHE=${GLM_ROOTS_CACHE:-/var/cache/glm-roots}
+ROOTS_RUN=/run/glm-roots
+ROOT=$ROOTS_DIR/$RELEASE
+# the cluster's folder inside the root, and the same folder seen from the host
+ROOT_D=/var/lib/glm-cluster
+HOST_D=$ROOT$ROOT_D
+case $RELEASE in
+  bookworm) ROOT_NET=0 ;;
+  trixie) ROOT_NET=1 ;;
+  sid) ROOT_NET=2 ;;
+  *) die "GLM_CLUSTER_RELEASE=$RELEASE: expected bookworm, trixie or sid" ;;
+esac
+ROOT_HOST_IP=10.77.$ROOT_NET.1
+ROOT_IP=10.77.$ROOT_NET.2
+ROOT_VETH=glmroot$ROOT_NET
+ROOT_SSH_ALIAS=glm-login-$RELEASE
+ROOT_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+# the apt mirror the host uses (deb822 or one-line sources)
+host_mirror() {
+  local m
+  m=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n 1)
+  [ -n "$m" ] || m=$(grep -hE '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '{print $2}' | grep -v security | head -n 1)
+  [ -n "$m" ] || die "no Debian mirror found in /etc/apt"
+  printf '%s\n' "$m"
+}
+
+# host pid of the root's PID 1 (the holder's child), if it runs
+root_ns_pid() {
+  local upid pid
+  [ -s "$ROOTS_RUN/$RELEASE.pid" ] || return 1
+  upid=$(<"$ROOTS_RUN/$RELEASE.pid")
+  [[ $upid =~ ^[0-9]+$ ]] && alive "$upid" || return 1
+  [[ $(tr '\0' ' ' <"/proc/$upid/cmdline" 2>/dev/null) == unshare* ]] || return 1
+  pid=$(cat "/proc/$upid/task/$upid/children" 2>/dev/null | awk '{print $1}')
+  [ -n "$pid" ] && alive "$pid" || return 1
+  [ "$(readlink "/proc/$pid/root")" = "$ROOT" ] || return 1
+  printf '%s\n' "$pid"
+}
+
+start_ns() {
+  root_ns_pid >/dev/null && return 0
+  install -d -m 0755 "$ROOTS_RUN" "$ROOTS_CACHE/$RELEASE/apt"
+  install -d -m 0755 "$ROOT$ROOT"
+  ip link del "$ROOT_VETH" 2>/dev/null || true
+  # PID 1 of the root: mounts, then chroot and reap (bash reaps any child it gets)
+  # shellcheck disable=SC2016  # expanded by the holder's shell
+  setsid unshare --mount --uts --ipc --pid --net --fork --kill-child --propagation private -- /bin/bash -c '
+    set -e
+    R=$1 C=$2
+    hostname "glm-$3"
+    mount -t proc proc "$R/proc"
+    mount --rbind /dev "$R/dev"
+    mount -t sysfs sysfs "$R/sys"
+    mount -t tmpfs -o mode=0755 tmpfs "$R/run"
+    mount --bind "$R" "$R$R"
+    mount --bind "$C" "$R/var/cache/apt/archives"
+    exec chroot "$R" /bin/bash -c "trap \"exit 0\" TERM; while :; do sleep 3600 & wait \$!; done"
+  ' glm-root "$ROOT" "$ROOTS_CACHE/$RELEASE/apt" "$RELEASE" </dev/null >/dev/null 2>&1 &
+  echo $! >"$ROOTS_RUN/$RELEASE.pid"
+  disown
+  local i pid=
+  for ((i = 0; i < 100; i++)); do
+    pid=$(root_ns_pid) && break
+    sleep 0.05
+  done
+  [ -n "$pid" ] || die "the namespaces of $ROOT did not come up"
+  ip link add "$ROOT_VETH" type veth peer name "${ROOT_VETH}p" netns "$pid"
+  ip addr add "$ROOT_HOST_IP/24" dev "$ROOT_VETH"
+  ip link set "$ROOT_VETH" up
+  nsenter -t "$pid" -n sh -c "ip link set lo up && ip link set ${ROOT_VETH}p name eth0 &&
+    ip addr add $ROOT_IP/24 dev eth0 && ip link set eth0 up"
+  cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
+  log "namespaces of $ROOT up (PID 1 = host pid $pid; login node $ROOT_IP)"
+}
+
+stop_ns() {
+  local upid
+  [ -s "$ROOTS_RUN/$RELEASE.pid" ] || return 0
+  upid=$(<"$ROOTS_RUN/$RELEASE.pid")
+  if root_ns_pid >/dev/null; then
+    kill -KILL "$upid" 2>/dev/null || true # --kill-child: the root's PID 1 and so every process of the root go
+    local i
+    for ((i = 0; i < 100; i++)); do alive "$upid" || break; sleep 0.05; done
+    log "namespaces of $ROOT stopped"
+  fi
+  rm -f "$ROOTS_RUN/$RELEASE.pid"
+  ip link del "$ROOT_VETH" 2>/dev/null || true
+}
+
+# in_root [-h] CMD...: run CMD in the root (all its namespaces; -h: the host's network, for apt)
+in_root() {
+  local net=-n pid
+  if [ "${1-}" = -h ]; then net=; shift; fi
+  pid=$(root_ns_pid) || die "root $RELEASE not running"
+  # shellcheck disable=SC2086
+  nsenter -t "$pid" -m -u -i -p $net -r -w -- /usr/bin/env -i PATH="$ROOT_PATH" HOME=/root LANG=C.UTF-8 \
+    TERM="${TERM:-dumb}" SLURM_CONF="$ROOT_D/etc/slurm.conf" "$@"
+}
+
+# this script, inside the root
+in_root_cluster() {
+  local net=
+  if [ "${1-}" = -h ]; then net=-h; shift; fi
+  in_root $net GLM_CLUSTER_IN_ROOT=1 GLM_CLUSTER_RELEASE="$RELEASE" GLM_CLUSTER_ACCOUNTING=1 \
+    GLM_CLUSTER_DIR="$ROOT_D" GLM_CLUSTER_LOGIN_HOME="$ROOT/home/$LOGIN_USER" GLM_CLUSTER_SSH_LISTEN=0.0.0.0 \
+    GLM_CLUSTER_SSH_ADDR="$ROOT_IP" GLM_CLUSTER_MIN_JOB_AGE="$MIN_JOB_AGE" GLM_CLUSTER_START_TIMEOUT="$START_TIMEOUT" \
+    /opt/glm-cluster/cluster.sh "$@"
+}
+
+# a copy of tests/cluster in the root (the plugin's source, the stand-ins, this script)
+sync_files() {
+  local dst=$ROOT/opt/glm-cluster
+  rm -rf "$dst.new"
+  install -d -m 0755 "$ROOT/opt"
+  cp -R "$HERE" "$dst.new"
+  find "$dst.new" -name __pycache__ -type d -prune -exec rm -rf {} +
+  rm -rf "$dst.old"
+  if [ -d "$dst" ]; then mv "$dst" "$dst.old"; fi
+  mv "$dst.new" "$dst"
+  rm -rf "$dst.old"
+}
+
+debootstrap_root() {
+  [ -f "$ROOT/.glm-debootstrap-done" ] && return 0
+  command -v debootstrap >/dev/null || {
+    log "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap; }
+  }
+  local mirror t0=$SECONDS
+  mirror=$(host_mirror)
+  [ ! -e "$ROOT" ] || { log "removing an unfinished $ROOT"; rm -rf --one-file-system "$ROOT"; }
+  install -d -m 0755 "$ROOTS_DIR" "$ROOTS_CACHE/$RELEASE/debootstrap"
+  log "debootstrap $RELEASE into $ROOT (debs cached in $ROOTS_CACHE/$RELEASE)"
+  debootstrap --variant=minbase --cache-dir="$ROOTS_CACHE/$RELEASE/debootstrap" \
+    "$RELEASE" "$ROOT" "$mirror" >"$ROOTS_CACHE/$RELEASE/debootstrap.log" 2>&1 ||
+    die "debootstrap failed (see $ROOTS_CACHE/$RELEASE/debootstrap.log)"
+  printf 'deb %s %s main\n' "$mirror" "$RELEASE" >"$ROOT/etc/apt/sources.list"
+  # daemons are started by this script, never by a package's maintainer script
+  printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
+  chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+  printf '127.0.0.1 localhost\n' >"$ROOT/etc/hosts"
+  touch "$ROOT/.glm-debootstrap-done"
+  log "debootstrap done in $((SECONDS - t0)) s"
+}
+
+# ssh config and inventory for the host (paths seen from the host)
+write_host_files() {
+  write_if_changed "$HOST_D/ssh/ssh_config_host" <<EOF
+# ssh -F $HOST_D/ssh/ssh_config_host $ROOT_SSH_ALIAS   (the login node of the $RELEASE root, from the host)
+Host $ROOT_SSH_ALIAS
+  HostName $ROOT_IP
+  Port $SSH_PORT
+  User $LOGIN_USER
+  IdentityFile $HOST_D/ssh/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $HOST_D/ssh/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+EOF
+  write_if_changed "$HOST_D/inventory" <<EOF
+# The $RELEASE root's cluster (tests/cluster/cluster.sh, GLM_CLUSTER_RELEASE=$RELEASE), like inventory/local.
+[training]
+local ansible_host=$ROOT_IP ansible_port=$SSH_PORT ansible_user=$LOGIN_USER
+
+[training:vars]
+ansible_ssh_private_key_file=$HOST_D/ssh/id_ed25519
+ansible_ssh_common_args='-o UserKnownHostsFile=$HOST_D/ssh/known_hosts -o StrictHostKeyChecking=yes'
+ansible_python_interpreter=/usr/bin/python3
+download_min_free_gb=1
+server_wait_timeout=300
+server_wait_sleep=5
+server_time=00:30:00
+EOF
+}
+
+root_install() {
+  need_root
+  local t0=$SECONDS started=
+  debootstrap_root
+  sync_files
+  root_ns_pid >/dev/null || started=1
+  start_ns
+  in_root_cluster -h install
+  write_host_files
+  if [ -n "$started" ]; then stop_ns; fi
+  log "root $RELEASE installed in $((SECONDS - t0)) s (Slurm $(cat "$ROOT/.glm-slurm-version" 2>/dev/null || echo '?'))"
+}
+
+root_start() {
+  need_root
+  [ -f "$ROOT/.glm-debootstrap-done" ] || die "no root $ROOT: run 'GLM_CLUSTER_RELEASE=$RELEASE $0 install' first"
+  sync_files
+  start_ns
+  in_root_cluster start
+  write_host_files
+}
+
+root_stop() {
+  need_root
+  if root_ns_pid >/dev/null; then in_root_cluster stop || true; fi
+  stop_ns
+}
+
+root_status() {
+  if ! root_ns_pid >/dev/null; then
+    echo "root $RELEASE: namespaces not running ($ROOT)"
+    return 1
+  fi
+  echo "root $RELEASE: $ROOT, login node $LOGIN_USER@$ROOT_IP:$SSH_PORT"
+  in_root_cluster status
+}
+
+root_exec() {
+  [ "$#" -gt 0 ] || die "exec: no command"
+  local wd=/
+  # the root is mounted at its own host path inside: a host working directory under it exists there too
+  [[ $PWD == "$ROOT"/* ]] && wd=$PWD
+  in_root /bin/sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' glm-exec "$wd" "$@"
+}
+
+root_env() {
+  local uid gid
+  uid=$(awk -F: -v u="$LOGIN_USER" '$1 == u {print $3}' "$ROOT/etc/passwd" 2>/dev/null)
+  gid=$(awk -F: -v u="$LOGIN_USER" '$1 == u {print $4}' "$ROOT/etc/passwd" 2>/dev/null)
+  cat <<EOF
+export GLM_CLUSTER_RELEASE=$RELEASE
+export GLM_CLUSTER_ROOT=$ROOT
+export GLM_CLUSTER_DIR=$HOST_D
+export GLM_CLUSTER_USER=$LOGIN_USER
+export GLM_CLUSTER_LOGIN_HOME=$ROOT/home/$LOGIN_USER
+export GLM_CLUSTER_LOGIN_UID=$uid
+export GLM_CLUSTER_LOGIN_GID=$gid
+export GLM_CLUSTER_SSH_HOST=$ROOT_IP
+export GLM_CLUSTER_SSH_PORT=$SSH_PORT
+export GLM_CLUSTER_SSH_KEY=$HOST_D/ssh/id_ed25519
+export GLM_CLUSTER_KNOWN_HOSTS=$HOST_D/ssh/known_hosts
+export GLM_CLUSTER_SSH_CONFIG=$HOST_D/ssh/ssh_config_host
+export GLM_CLUSTER_SSH_ALIAS=$ROOT_SSH_ALIAS
+export GLM_CLUSTER_INVENTORY=$HOST_D/inventory
+export GLM_STANDIN_CONTROL=$HOST_D/control
+# slurm commands of the root: $0 exec CMD... (SLURM_CONF is set there)
+# ssh -F \$GLM_CLUSTER_SSH_CONFIG $ROOT_SSH_ALIAS
+EOF
+}
+
 usage() {
-  echo "usage: $0 install|start|stop|status|restart-controller [SECONDS]|smoke|env" >&2
+  echo "usage: [GLM_CLUSTER_RELEASE=bookworm|trixie|sid] $0 install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD..." >&2
   exit 2
 }
+
+if [ "$RELEASE" != bookworm ] && [ -z "$IN_ROOT" ]; then
+  case ${1-} in
+    install) root_install ;;
+    start) root_start ;;
+    stop) root_stop ;;
+    status) root_status ;;
+    restart-controller | smoke) root_ns_pid >/dev/null || die "root $RELEASE not running: '$0 start'"; in_root_cluster "$@" ;;
+    env) root_env ;;
+    exec) shift; root_exec "$@" ;;
+    *) usage ;;
+  esac
+  exit
+fi
 
 case ${1-} in
   install) cmd_install ;;
@@ -631,5 +1030,6 @@ case ${1-} in
   restart-controller) cmd_restart_controller "${2-}" ;;
   smoke) cmd_smoke ;;
   env) cmd_env ;;
+  exec) shift; exec "$@" ;;
   *) usage ;;
 esac
