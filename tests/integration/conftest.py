@@ -16,7 +16,6 @@ __metaclass__ = type
 
 import json
 import os
-import pwd
 import re
 import shutil
 import subprocess
@@ -28,16 +27,12 @@ import uuid
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
-LOGIN_USER = 'glmuser'
+import cluster_target as target
+from cluster_target import CLUSTER, LOGIN_USER, REPO
+
 BIN = os.path.dirname(sys.executable)
-INVENTORY_VARS = (
-    'local ansible_host=127.0.0.1 ansible_port=2222 ansible_user=glmuser '
-    'ansible_ssh_private_key_file=/var/lib/glm-cluster/ssh/id_ed25519 '
-    "ansible_ssh_common_args='-o UserKnownHostsFile=/var/lib/glm-cluster/ssh/known_hosts' "
-    'ansible_python_interpreter=/usr/bin/python3\n'
-)
+# The cluster (host or a Debian root) is chosen by GLM_CLUSTER_RELEASE: see cluster_target.py.
+INVENTORY_VARS = target.inventory_vars()
 
 
 @pytest.fixture(scope='session')
@@ -63,7 +58,7 @@ def cluster():
 
 @pytest.fixture(scope='session')
 def inventory(cluster, tmp_path_factory):
-    own = os.path.join(REPO, 'inventory', 'local')
+    own = target.INVENTORY or os.path.join(REPO, 'inventory', 'local')
     if os.path.exists(own):
         return own
     path = str(tmp_path_factory.mktemp('inv') / 'local')
@@ -99,7 +94,7 @@ SPY = (
 
 
 def as_login(argv, **kwargs):
-    return subprocess.run(['runuser', '-u', LOGIN_USER, '--'] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    return subprocess.run(target.slurm_argv(['runuser', '-u', LOGIN_USER, '--'] + argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                           universal_newlines=True, check=False, **kwargs)
 
 
@@ -109,9 +104,8 @@ class Work:
     def __init__(self, inventory):
         self.inventory = inventory
         self.id = uuid.uuid4().hex[:10]
-        user = pwd.getpwnam(LOGIN_USER)
-        self.uid, self.gid = user.pw_uid, user.pw_gid
-        self.dir = os.path.join(user.pw_dir, 'it', self.id)
+        self.uid, self.gid, home = target.login_ids()
+        self.dir = os.path.join(home, 'it', self.id)
         os.makedirs(self.dir)
         for path in (os.path.dirname(self.dir), self.dir):
             os.chown(path, self.uid, self.gid)
@@ -188,7 +182,7 @@ class Work:
             os.mkdir(path)
             os.chown(path, self.uid, self.gid)
         for command in ('scontrol', 'squeue'):
-            real = shutil.which(command) or '/usr/bin/' + command
+            real = target.slurm_command(command)
             self.file(os.path.join('spy-bin', command), SPY % {'calls': calls, 'real': real}, mode=0o755)
         return {'PATH': bindir + ':/usr/local/bin:/usr/bin:/bin'}
 

@@ -12,7 +12,6 @@ __metaclass__ = type
 
 import json
 import os
-import pwd
 import re
 import shlex
 import stat
@@ -28,15 +27,14 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 sys.path.insert(0, os.path.join(REPO, '.collections'))
 from ansible_collections.glm.serve.plugins.module_utils.slurm_parse import ENDING_STATES, LIVE_STATES  # noqa: E402
 
-CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
+import cluster_target as target  # noqa: E402  (GLM_CLUSTER_RELEASE picks the cluster: host or a Debian root)
+from cluster_target import CLUSTER, LOGIN_USER, SLURM_CONF  # noqa: E402,F401
+
 BIN = os.path.dirname(sys.executable)
-LOGIN_USER = 'glmuser'
-SSH_DIR = '/var/lib/glm-cluster/ssh'
-SSH = ['ssh', '-i', SSH_DIR + '/id_ed25519', '-o', 'UserKnownHostsFile=%s/known_hosts' % SSH_DIR,
+SSH = ['ssh', '-i', target.SSH_KEY, '-o', 'UserKnownHostsFile=%s' % target.KNOWN_HOSTS,
        '-o', 'StrictHostKeyChecking=yes', '-o', 'BatchMode=yes', '-o', 'ControlMaster=auto',
-       '-o', 'ControlPath=/tmp/glm-it-helpers-%C', '-o', 'ControlPersist=120', '-p', '2222',
-       LOGIN_USER + '@127.0.0.1']
-SLURM_CONF = '/var/lib/glm-cluster/etc/slurm.conf'
+       '-o', 'ControlPath=/tmp/glm-it-helpers-%C', '-o', 'ControlPersist=120', '-p', str(target.SSH_PORT),
+       LOGIN_USER + '@' + target.SSH_HOST]
 
 
 def isolated_vars(work, download, serve, **overrides):
@@ -77,12 +75,12 @@ def require_cluster():
 
 
 def login_home():
-    return pwd.getpwnam(LOGIN_USER).pw_dir
+    return target.login_ids()[2]
 
 
 def chown_login(path):
-    user = pwd.getpwnam(LOGIN_USER)
-    os.chown(path, user.pw_uid, user.pw_gid)
+    uid, gid, _home = target.login_ids()
+    os.chown(path, uid, gid)
 
 
 def ssh(command, check=True, timeout=60):
@@ -144,6 +142,8 @@ def run_playbook(playbook, extra_vars, workdir, verbosity=0, result_json=False, 
         environ['ANSIBLE_CALLBACK_RESULT_FORMAT'] = 'json'
     environ.update(env or {})
     argv = [os.path.join(BIN, 'ansible-playbook'), os.path.join('playbooks', playbook), '-e', '@' + path]
+    if target.INVENTORY:
+        argv[1:1] = ['-i', target.INVENTORY]
     if verbosity:
         argv.append('-' + 'v' * verbosity)
     argv.extend(options)

@@ -27,7 +27,8 @@ import uuid
 import pytest
 
 from conftest import Step
-from deploy_helpers import (BIN, CLUSTER, FAILED_RESULT, REPO, SLURM_CONF, TASK_HEADER, chown_login, failures, isolated_vars,
+import cluster_target as target
+from deploy_helpers import (BIN, CLUSTER, FAILED_RESULT, REPO, TASK_HEADER, chown_login, failures, isolated_vars,
                             live_jobs, login_home, my_jobs, require_cluster, run_playbook, scancel_names, ssh)
 
 SERVER_WAIT_TIMEOUT = 120
@@ -51,8 +52,8 @@ def cluster_ready():
 
 def root_slurm(argv, check=False):
     """A Slurm command as root (an administrator, or "someone else")."""
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                          env=dict(os.environ, SLURM_CONF=SLURM_CONF), check=check)
+    return subprocess.run(target.slurm_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          env=target.slurm_env(), check=check)
 
 
 class Case:

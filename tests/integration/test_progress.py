@@ -24,12 +24,13 @@ import time
 
 import pytest
 
+import cluster_target as target
 from deploy_helpers import BIN, REPO, isolated_vars, login_home, my_jobs, require_cluster, run_playbook, scancel_names
 
 WORK = 'it-progress'
 NAMES = ('it-prog-download', 'it-prog-serve')
 INTERVAL = 5
-CONTROL = '/var/lib/glm-cluster/control'
+CONTROL = target.CONTROL
 PHASES = ('queued', 'saving', 'downloading', 'starting', 'loading', 'capturing', 'warming', 'ready')
 ITEM = re.compile(r'^(changed|ok): \[local\] => \(item=(.*)\)$')
 

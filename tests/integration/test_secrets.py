@@ -39,14 +39,15 @@ import uuid
 
 import pytest
 
-from deploy_helpers import (REPO, SLURM_CONF, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home,
+import cluster_target as target
+from deploy_helpers import (REPO, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home,
                             require_cluster, run_playbook, scancel_names, ssh)
 
 WORK = 'glm-it-secrets'
 DOWNLOAD = 'it-sec-download'
 SERVE = 'it-sec-serve'
 VARS = isolated_vars(WORK, DOWNLOAD, SERVE, glm_smoke_test=True, glm_smoke_test_timeout=60)
-CLUSTER_FILES = '/var/lib/glm-cluster'
+CLUSTER_FILES = target.DIR
 
 
 class CmdlineSampler(threading.Thread):
@@ -82,8 +83,8 @@ class CmdlineSampler(threading.Thread):
 
 
 def slurm(argv):
-    env = dict(os.environ, SLURM_CONF=SLURM_CONF)
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env,
+    env = target.slurm_env()
+    return subprocess.run(target.slurm_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env,
                           check=False)
 
 

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which local cluster the integration tests run on: one variable, GLM_CLUSTER_RELEASE.
+
+- unset or ``bookworm``: the host's own cluster (tests/cluster/cluster.sh with Debian 12's Slurm 22.05), login node
+  glmuser@127.0.0.1:2222, the repo's inventory/local.
+- ``trixie`` (Slurm 24.11) or ``sid`` (Slurm 26.05): the cluster in that Debian root (``GLM_CLUSTER_RELEASE=trixie
+  tests/cluster/cluster.sh install|start``), login node glmuser@10.77.N.2:2222 over a veth pair, an inventory the
+  script writes in the root's cluster folder; Slurm commands run inside the root through ``cluster.sh exec``.
+
+Everything else (paths of the key, known_hosts, control folder, login home and ids) comes from ``cluster.sh env``.
+A path under a root's login home is the same path on the host and inside the root.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import pwd
+import subprocess
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
+RELEASE = os.environ.get('GLM_CLUSTER_RELEASE') or 'bookworm'
+IN_ROOT = RELEASE != 'bookworm'
+LOGIN_USER = 'glmuser'
+
+
+def _cluster_env():
+    values = {}
+    if not os.path.exists(CLUSTER):
+        return values
+    proc = subprocess.run(['bash', CLUSTER, 'env'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          env=dict(os.environ, GLM_CLUSTER_RELEASE=RELEASE), check=False, stdin=subprocess.DEVNULL)
+    for line in proc.stdout.splitlines():
+        if line.startswith('export ') and '=' in line:
+            key, _sep, value = line[len('export '):].partition('=')
+            values[key] = value
+    return values
+
+
+ENV = _cluster_env()
+DIR = ENV.get('GLM_CLUSTER_DIR') or '/var/lib/glm-cluster'
+SSH_HOST = ENV.get('GLM_CLUSTER_SSH_HOST') or '127.0.0.1'
+SSH_PORT = int(ENV.get('GLM_CLUSTER_SSH_PORT') or 2222)
+SSH_KEY = ENV.get('GLM_CLUSTER_SSH_KEY') or DIR + '/ssh/id_ed25519'
+KNOWN_HOSTS = ENV.get('GLM_CLUSTER_KNOWN_HOSTS') or DIR + '/ssh/known_hosts'
+CONTROL = ENV.get('GLM_STANDIN_CONTROL') or DIR + '/control'
+#: the cluster's slurm.conf as the host sees it (for host-side Slurm commands of the bookworm cluster only)
+SLURM_CONF = DIR + '/etc/slurm.conf'
+#: an inventory of the root's login node (host "local" in group training, like inventory/local); None: the repo's
+INVENTORY = ENV.get('GLM_CLUSTER_INVENTORY') if IN_ROOT else None
+
+
+def login_ids():
+    """(uid, gid, home) of the login user on the cluster (a root has its own /etc/passwd)."""
+    if IN_ROOT:
+        return int(ENV['GLM_CLUSTER_LOGIN_UID']), int(ENV['GLM_CLUSTER_LOGIN_GID']), ENV['GLM_CLUSTER_LOGIN_HOME']
+    user = pwd.getpwnam(LOGIN_USER)
+    return user.pw_uid, user.pw_gid, user.pw_dir
+
+
+def slurm_argv(argv):
+    """argv to run a command where the cluster's Slurm commands work (inside the root for trixie/sid)."""
+    return ([CLUSTER, 'exec'] + list(argv)) if IN_ROOT else list(argv)
+
+
+def slurm_env(environ=None):
+    """The environment for slurm_argv(...) (SLURM_CONF for the host cluster; the root sets its own)."""
+    env = dict(os.environ if environ is None else environ)
+    if not IN_ROOT:
+        env['SLURM_CONF'] = SLURM_CONF
+    return env
+
+
+def slurm_command(command):
+    """The path of a Slurm command on the cluster's machine (for wrappers written into the login home)."""
+    if IN_ROOT:
+        return '/usr/bin/' + command
+    import shutil
+    return shutil.which(command) or '/usr/bin/' + command
+
+
+def inventory_vars():
+    return ('local ansible_host=%s ansible_port=%d ansible_user=%s ansible_ssh_private_key_file=%s '
+            "ansible_ssh_common_args='-o UserKnownHostsFile=%s' ansible_python_interpreter=/usr/bin/python3\n"
+            % (SSH_HOST, SSH_PORT, LOGIN_USER, SSH_KEY, KNOWN_HOSTS))
