@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build clean test-copy
+        pytest-integration sglang-cli molecule bench build clean test-copy test-matrix
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ demo: setup cluster ## the embedded default: deploy on the local cluster, call t
 
 test: setup cluster lint build sanity units molecule pytest ## everything CI runs
 	@echo "make test: all stages passed"
+
+test-matrix: setup ## the cluster in Debian roots (trixie: Slurm 24.11, sid: 26.05) + live slurm_job tests; not in make test
+	tests/cluster/matrix.sh
 
 lint: setup ## ansible-lint (production profile) and the changelog linter
 	ansible-lint

@@ -937,6 +937,8 @@ root_install() {
   need_root
   local t0=$SECONDS started=
   debootstrap_root
+  # a mirror's snapshot of sid can carry a Release file whose Valid-Until is past (seen here: "expired")
+  echo 'Acquire::Check-Valid-Until "false";' >"$ROOT/etc/apt/apt.conf.d/99glm-valid-until"
   sync_files
   root_ns_pid >/dev/null || started=1
   start_ns
