@@ -464,6 +464,8 @@ init_mariadb() {
 start_mariadb() {
   if live_pid "$MARIADB_PID" >/dev/null; then return 0; fi
   install -d -m 0755 -o mysql -g mysql /run/mysqld
+  # clients find the server at their built-in socket: /run/mysqld/mysqld.sock up to trixie, /run/mariadbd/ on sid
+  [ -e /run/mariadbd ] || ln -s mysqld /run/mariadbd
   rm -f /run/mysqld/mysqld.sock
   # mariadbd stays in the foreground: detach it; it writes its own pid file
   setsid mariadbd --user=mysql --datadir="$D/mysql" --socket=/run/mysqld/mysqld.sock --pid-file="$MARIADB_PID" \
