@@ -131,7 +131,8 @@ def parse_squeue(text, fields=SQUEUE_FIELDS):
 # ---------------------------------------------------------------------------------------------
 
 #: Fields that scontrol prints alone on their line, whose value may contain spaces.
-_WHOLE_LINE_KEYS = ('Command', 'WorkDir', 'StdErr', 'StdIn', 'StdOut', 'Comment', 'AdminComment', 'SystemComment')
+_WHOLE_LINE_KEYS = ('Command', 'WorkDir', 'StdErr', 'StdIn', 'StdOut', 'Comment', 'AdminComment', 'SystemComment',
+                    'SubmitLine')
 _KEY_RE = re.compile(r'(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.]*)=')
 
 

@@ -215,3 +215,39 @@ def test_error_line_regex():
 def test_tail_lines():
     assert sp.tail_lines('\n'.join(str(i) for i in range(50)), 3) == ['47', '48', '49']
     assert sp.tail_lines('x' * 500, 1, max_line=10) == ['x' * 10 + '...']
+
+
+# Output of newer Slurm, captured in the Debian roots of tests/cluster (fixtures/capture-release.sh):
+# trixie = Slurm 24.11.5, sid = Slurm 26.05.5.
+@pytest.mark.parametrize('release', ['trixie', 'sid'])
+@pytest.mark.parametrize('name, state, reason, exit_code', [
+    ('running', 'RUNNING', 'None', '0:0'),
+    ('pending', 'PENDING', 'Dependency', '0:0'),
+    ('pending-after-cancel', 'PENDING', 'DependencyNeverSatisfied', '0:0'),
+    ('completed', 'COMPLETED', 'None', '0:0'),
+    ('failed', 'FAILED', 'NonZeroExitCode', '3:0'),
+    ('cancelled', 'CANCELLED', 'None', '0:15'),
+    ('timeout', 'TIMEOUT', 'TimeLimit', '0:15'),
+])
+def test_parse_scontrol_of_newer_slurm(release, name, state, reason, exit_code):
+    (job,) = sp.parse_scontrol_jobs(fixture('scontrol-%s-%s.txt' % (release, name)))
+    assert (job['state'], job['reason'], job['exit_code']) == (state, reason, exit_code)
+    assert job['output_path'].endswith('-%s.out' % job['job_id'])
+    assert job['user'] == 'glmuser'
+
+
+def test_parse_scontrol_submit_line_is_one_value():
+    """Slurm 26.05 prints SubmitLine= (the sbatch command line, with spaces and NAME=value words) on a line of
+    its own: none of its words may become a field."""
+    text = fixture('scontrol-sid-running.txt').replace(
+        'SubmitLine=sbatch', 'SubmitLine=sbatch --comment x JobState=FAILED Reason=Oops')
+    (record,) = sp.parse_scontrol_records(text)
+    assert record['SubmitLine'].startswith('sbatch --comment x JobState=FAILED Reason=Oops')
+    (job,) = sp.parse_scontrol_jobs(text)
+    assert job['state'] == 'RUNNING' and job['reason'] == 'None'
+
+
+@pytest.mark.parametrize('release', ['trixie', 'sid'])
+def test_parse_squeue_only_job_state_of_newer_slurm(release):
+    rows = sp.parse_squeue(fixture('squeue-only-job-state-%s-ended.txt' % release), sp.SQUEUE_STATE_FIELDS)
+    assert sorted(row['state'] for row in rows) == ['CANCELLED', 'COMPLETED', 'FAILED', 'PENDING', 'TIMEOUT']
