@@ -17,6 +17,12 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
+# Which local cluster: unset or bookworm = the host's (Slurm 22.05); trixie or sid = the cluster in that Debian root
+# (tests/cluster/README.md, "Roots"). cluster.sh and the integration tests read GLM_CLUSTER_RELEASE; molecule's
+# inventory follows it here.
+GLM_CLUSTER_RELEASE ?= bookworm
+export GLM_CLUSTER_RELEASE
+export GLM_MOLECULE_INVENTORY := $(if $(filter bookworm,$(GLM_CLUSTER_RELEASE)),local,$(GLM_CLUSTER_RELEASE))
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
         pytest-integration sglang-cli molecule bench build clean test-copy test-matrix

@@ -792,7 +792,7 @@ root_ns_pid() {
   upid=$(<"$ROOTS_RUN/$RELEASE.pid")
   [[ $upid =~ ^[0-9]+$ ]] && alive "$upid" || return 1
   [[ $(tr '\0' ' ' <"/proc/$upid/cmdline" 2>/dev/null) == unshare* ]] || return 1
-  pid=$(cat "/proc/$upid/task/$upid/children" 2>/dev/null | awk '{print $1}')
+  pid=$(awk '{print $1}' "/proc/$upid/task/$upid/children" 2>/dev/null)
   [ -n "$pid" ] && alive "$pid" || return 1
   [ "$(readlink "/proc/$pid/root")" = "$ROOT" ] || return 1
   printf '%s\n' "$pid"
@@ -905,7 +905,8 @@ debootstrap_root() {
   log "debootstrap done in $((SECONDS - t0)) s"
 }
 
-# ssh config and inventory for the host (paths seen from the host)
+# the ssh config of the root's login node for the host (paths seen from the host); the inventory is the repo's
+# inventory/$RELEASE
 write_host_files() {
   write_if_changed "$HOST_D/ssh/ssh_config_host" <<EOF
 # ssh -F $HOST_D/ssh/ssh_config_host $ROOT_SSH_ALIAS   (the login node of the $RELEASE root, from the host)
@@ -918,20 +919,6 @@ Host $ROOT_SSH_ALIAS
   UserKnownHostsFile $HOST_D/ssh/known_hosts
   StrictHostKeyChecking yes
   BatchMode yes
-EOF
-  write_if_changed "$HOST_D/inventory" <<EOF
-# The $RELEASE root's cluster (tests/cluster/cluster.sh, GLM_CLUSTER_RELEASE=$RELEASE), like inventory/local.
-[training]
-local ansible_host=$ROOT_IP ansible_port=$SSH_PORT ansible_user=$LOGIN_USER
-
-[training:vars]
-ansible_ssh_private_key_file=$HOST_D/ssh/id_ed25519
-ansible_ssh_common_args='-o UserKnownHostsFile=$HOST_D/ssh/known_hosts -o StrictHostKeyChecking=yes'
-ansible_python_interpreter=/usr/bin/python3
-download_min_free_gb=1
-server_wait_timeout=300
-server_wait_sleep=5
-server_time=00:30:00
 EOF
 }
 
@@ -979,6 +966,7 @@ root_exec() {
   local wd=/
   # the root is mounted at its own host path inside: a host working directory under it exists there too
   [[ $PWD == "$ROOT"/* ]] && wd=$PWD
+  # shellcheck disable=SC2016  # expanded by that shell
   in_root /bin/sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' glm-exec "$wd" "$@"
 }
 
@@ -1000,7 +988,7 @@ export GLM_CLUSTER_SSH_KEY=$HOST_D/ssh/id_ed25519
 export GLM_CLUSTER_KNOWN_HOSTS=$HOST_D/ssh/known_hosts
 export GLM_CLUSTER_SSH_CONFIG=$HOST_D/ssh/ssh_config_host
 export GLM_CLUSTER_SSH_ALIAS=$ROOT_SSH_ALIAS
-export GLM_CLUSTER_INVENTORY=$HOST_D/inventory
+export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../.." && pwd)/inventory/$RELEASE
 export GLM_STANDIN_CONTROL=$HOST_D/control
 # slurm commands of the root: $0 exec CMD... (SLURM_CONF is set there)
 # ssh -F \$GLM_CLUSTER_SSH_CONFIG $ROOT_SSH_ALIAS

@@ -6,7 +6,7 @@
 # Captured fixtures go to tests/output/matrix/fixtures/RELEASE/ (GLM_MATRIX_FIXTURES=tree: into
 # tests/unit/plugins/module_utils/fixtures/ as well). The host cluster (bookworm) is not touched.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 REPO=$PWD
 CLUSTER=$REPO/tests/cluster/cluster.sh
 OUT=$REPO/tests/output/matrix
@@ -30,6 +30,7 @@ stage() {
   return "$rc"
 }
 
+# shellcheck disable=SC2317  # called through stage
 capture() {
   local rel=$1 home dir
   home=$("$CLUSTER" env | sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p')

@@ -19,6 +19,7 @@ __metaclass__ = type
 
 import os
 import pwd
+import shutil
 import subprocess
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
@@ -51,7 +52,7 @@ CONTROL = ENV.get('GLM_STANDIN_CONTROL') or DIR + '/control'
 #: the cluster's slurm.conf as the host sees it (for host-side Slurm commands of the bookworm cluster only)
 SLURM_CONF = DIR + '/etc/slurm.conf'
 #: an inventory of the root's login node (host "local" in group training, like inventory/local); None: the repo's
-INVENTORY = ENV.get('GLM_CLUSTER_INVENTORY') if IN_ROOT else None
+INVENTORY = os.path.join(REPO, 'inventory', RELEASE) if IN_ROOT else None
 
 
 def login_ids():
@@ -79,7 +80,6 @@ def slurm_command(command):
     """The path of a Slurm command on the cluster's machine (for wrappers written into the login home)."""
     if IN_ROOT:
         return '/usr/bin/' + command
-    import shutil
     return shutil.which(command) or '/usr/bin/' + command
 
 
