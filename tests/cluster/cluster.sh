@@ -32,7 +32,8 @@ NODES=(node1 node2)
 declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12)
 declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)))
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3)
-if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less); fi
+# a login node has curl (the server role's smoke test asks the API with it)
+if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less curl); fi
 if [ -n "$ACCOUNTING" ]; then PACKAGES+=(slurmdbd mariadb-server mariadb-client); fi
 CONF=$D/etc/slurm.conf
 MUNGE_SOCKET=$D/run/munge/munge.socket.2

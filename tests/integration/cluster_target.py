@@ -53,6 +53,10 @@ CONTROL = ENV.get('GLM_STANDIN_CONTROL') or DIR + '/control'
 SLURM_CONF = DIR + '/etc/slurm.conf'
 #: an inventory of the root's login node (host "local" in group training, like inventory/local); None: the repo's
 INVENTORY = os.path.join(REPO, 'inventory', RELEASE) if IN_ROOT else None
+if INVENTORY:
+    # every ansible-playbook a test starts (with os.environ) targets the root, even one that gives no -i: ansible.cfg's
+    # inventory/local is the host cluster, which a run against a root must never touch
+    os.environ['ANSIBLE_INVENTORY'] = INVENTORY
 
 
 def login_ids():
