@@ -874,7 +874,7 @@ sync_files() {
   local dst=$ROOT/opt/glm-cluster
   rm -rf "$dst.new"
   install -d -m 0755 "$ROOT/opt"
-  cp -R "$HERE" "$dst.new"
+  cp -R --preserve=mode,timestamps "$HERE" "$dst.new"
   find "$dst.new" -name __pycache__ -type d -prune -exec rm -rf {} +
   rm -rf "$dst.old"
   if [ -d "$dst" ]; then mv "$dst" "$dst.old"; fi

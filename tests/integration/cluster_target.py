@@ -21,6 +21,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
@@ -91,3 +92,35 @@ def inventory_vars():
     return ('local ansible_host=%s ansible_port=%d ansible_user=%s ansible_ssh_private_key_file=%s '
             "ansible_ssh_common_args='-o UserKnownHostsFile=%s' ansible_python_interpreter=/usr/bin/python3\n"
             % (SSH_HOST, SSH_PORT, LOGIN_USER, SSH_KEY, KNOWN_HOSTS))
+
+
+def shared_tmpdir():
+    """A new folder whose path names the same folder on the host and where slurm_argv runs: in a root, under its /tmp
+    as the host sees it (the root is mounted at its own path inside). The caller removes it."""
+    base = os.path.join(ENV['GLM_CLUSTER_ROOT'], 'tmp') if IN_ROOT else None
+    return tempfile.mkdtemp(prefix='glm-it-', dir=base)
+
+
+def http_status(url, key, data=None, timeout=10):
+    """HTTP status (a string, '000' when nothing answered) of a request to url made where the cluster's node names
+    resolve (on the host for bookworm, inside the root otherwise), as root. The key goes in a header read from a 0600
+    file, never on a command line; data (a str) makes it a POST of JSON."""
+    folder = shared_tmpdir()
+    try:
+        header = os.path.join(folder, 'headers')
+        fd = os.open(header, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, 'w') as handle:
+            handle.write('Authorization: Bearer %s\n' % key)
+            if data is not None:
+                handle.write('Content-Type: application/json\n')
+        argv = ['curl', '-s', '-o', '/dev/null', '-m', str(timeout), '-w', '%{http_code}', '-H', '@' + header]
+        if data is not None:
+            body = os.path.join(folder, 'body')
+            with open(body, 'w') as handle:
+                handle.write(data)
+            argv += ['--data-binary', '@' + body]
+        proc = subprocess.run(slurm_argv(argv + [url]), stdout=subprocess.PIPE, universal_newlines=True, check=False,
+                              stdin=subprocess.DEVNULL)
+        return proc.stdout.strip()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
