@@ -68,6 +68,12 @@ class Context:
         self.name = params.get('name')
         self._user = params.get('user')
         self.recorded = {}          # job id -> what its submit record says (see recorded())
+        cli.on_outage = self.outage
+
+    def outage(self, seconds, error, timeout):
+        """Says that a Slurm call waited for the controller (the waits of ``wait`` report their own)."""
+        self.warn('the Slurm controller did not answer for %d s (%s); the call was retried until it did, as it is for up '
+                  'to retry_timeout=%d s' % (round(seconds), error, timeout))
 
     @property
     def user(self):
@@ -810,6 +816,8 @@ def find_or_submit(ctx, result, locked=True):
         if params.get('recreate_on_change') and params.get('script') and script_changed(ctx, job):
             result['script_changed'] = True
             job = None
+        elif job.get('state') == 'PENDING' and job.get('reason') == 'BeginTime':
+            job = start_requeued_now(ctx, job, result)
     if job is None:
         to_cancel += [j['job_id'] for j in live]
         job = submit(ctx, to_cancel, result)
@@ -881,6 +889,32 @@ def shared_lookup(ctx):
             or records.get(ctx.name) != record_id(ctx)):
         return None
     return newest_live(ctx, [dict(r) for r in shared.get('jobs') or [] if isinstance(r, dict)], [ctx.name])
+
+
+def start_requeued_now(ctx, job, result):
+    """A live job that Slurm requeued (its node failed; Restarts > 0) waits for a begin time Slurm set some 2 min
+    ahead, although another node may be free. Adopting it, the module sets its begin time to now (one ``scontrol
+    update``, as its owner may), so that it starts at once where it can; it says so. A job that waits for a begin
+    time its user asked for (``--begin``, never requeued) is left alone. Returns the job's row."""
+    shown = ctx.retry(ctx.cli.show_job, job['job_id'])
+    if not shown:
+        return job
+    job = dict(job, **dict((k, v) for k, v in shown.items() if v is not None and job.get(k) is None))
+    try:
+        restarts = int(shown.get('restarts') or 0)
+    except (TypeError, ValueError):
+        restarts = 0
+    if restarts < 1 or shown.get('state') != 'PENDING' or shown.get('reason') != 'BeginTime':
+        return job
+    result['changed'] = True
+    result['started_now'] = {'job_id': job['job_id'], 'was': shown.get('start_time'), 'restarts': restarts}
+    ctx.warn('job %s (%s) was requeued by Slurm (restarts %d: its node failed or an administrator requeued it) and was '
+             'held until its begin time %s; %s to now, so that it starts at once on a free node' % (
+                 job['job_id'], ctx.name, restarts, shown.get('start_time') or '?',
+                 'it would be set' if ctx.check_mode else 'that was set'))
+    if not ctx.check_mode:
+        ctx.retry(ctx.cli.start_now, job['job_id'])
+    return job
 
 
 def keep_oldest(ctx, job, to_cancel, result):

@@ -64,6 +64,8 @@ class SlurmCli:
         self._version_tuple = None
         self._only_job_state = None
         self.polls = 0
+        #: called with (seconds, last error, timeout) when retry() rode out an outage of the controller
+        self.on_outage = None
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -93,17 +95,25 @@ class SlurmCli:
 
     def retry(self, func, timeout, *args, **kwargs):
         """Call func, retrying SlurmTransientError with backoff (1, 2, 4 ... 30 s) until timeout elapses."""
-        deadline = self.clock.now() + timeout
+        started = self.clock.now()
+        deadline = started + timeout
         delay = 1.0
+        last = None
         while True:
             try:
-                return func(*args, **kwargs)
-            except SlurmTransientError:
+                value = func(*args, **kwargs)
+            except SlurmTransientError as exc:
+                last = exc.msg
                 remaining = deadline - self.clock.now()
                 if remaining <= 0:
+                    exc.msg = '%s (retried for %d s, retry_timeout=%d)' % (exc.msg, round(self.clock.now() - started), timeout)
                     raise
                 self.clock.sleep(min(delay, remaining))
                 delay = min(delay * 2, 30.0)
+                continue
+            if last is not None and self.on_outage is not None:
+                self.on_outage(self.clock.now() - started, last, timeout)
+            return value
 
     # -- version ---------------------------------------------------------------------------------
 
@@ -241,6 +251,14 @@ class SlurmCli:
         rc, out, err = self.run(argv, poll=False)
         if rc != 0:
             self.fail('scancel failed: %s' % err.strip(), argv, rc, out, err)
+
+    def start_now(self, job_id):
+        """``scontrol update JobId=N StartTime=now``: a pending job's begin time set to now (a user may, for their own
+        jobs; the controller never sets it earlier than now)."""
+        argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'StartTime=now']
+        rc, out, err = self.run(argv, poll=False)
+        if rc != 0:
+            self.fail('scontrol update StartTime of job %s failed: %s' % (job_id, err.strip()), argv, rc, out, err)
 
     def update_end_time(self, job_id, end_time):
         argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'EndTime=%s' % end_time]

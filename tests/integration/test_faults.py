@@ -222,6 +222,12 @@ def warm_dir():
         '"srun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=$HOME/%s/sglang.sqsh true && '
         'srun --container-image=$HOME/%s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir $HOME/%s/GLM-5.3-Flash"'
         % (rel, rel, rel, rel, rel), timeout=120)
+    # what download.sbatch writes once `hf download` has exited 0: without it the deploy downloads again (a resume)
+    record = os.path.join(path, 'GLM-5.3-Flash', '.glm-serve-complete.json')
+    with open(record, 'w') as handle:
+        json.dump({'repo': 'zai-org/GLM-5.3-Flash', 'revision': '', 'commit': '', 'completed': int(time.time()),
+                   'job_id': 'warm'}, handle)
+    chown_login(record)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -339,6 +345,37 @@ def test_02_download_time_limit_then_rerun_resumes(case):
     assert took < 60, took
 
 
+def test_02b_a_download_stopped_after_the_shards_is_not_taken_for_complete(case):
+    """hf stops (exits 1) in the middle of tokenizer.json, after config.json, every shard and the index: the files
+    a check of the weights looks at are all there. The job wrote no completion record, so the next deploy does not
+    skip the download (the server would fail on the missing tokenizer): it submits it again, hf fetches only what
+    is missing, and the server starts."""
+    c = case('dlshards')
+    # the stand-in fetches in the Hub's order: config, generation_config, 8 shards, the index (11), then tokenizer.json
+    proc, took, found = c.deploy(download_env={'GLM_STANDIN_HF_FAIL_AFTER': '11'})
+    assert proc.returncode != 0
+    first = fetch_log(c)
+    model = os.path.join(c.dir, 'GLM-5.3-Flash')
+    assert 'model.safetensors.index.json' in first and len([f for f in first if f.endswith('.safetensors')]) == 8, first
+    assert os.path.isfile(os.path.join(model, 'config.json')) and not os.path.exists(os.path.join(model, 'tokenizer.json'))
+    assert not os.path.exists(os.path.join(model, '.glm-serve-complete.json'))
+
+    proc, took, found = c.deploy()
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    assert 'no completion record' in proc.stdout, proc.stdout[-3000:]       # the report says why it downloads
+    second = fetch_log(c)[len(first):]
+    assert second == ['tokenizer.json', 'tokenizer_config.json'], second    # only what was missing
+    with open(os.path.join(model, '.glm-serve-complete.json')) as handle:
+        record = json.load(handle)
+    assert record['repo'] == 'zai-org/GLM-5.3-Flash' and len(record['commit']) == 40, record
+    downloads = [r for r in c.jobs() if r[1] == c.download]
+    assert [r[2] for r in downloads][-1] == 'COMPLETED', downloads
+
+    proc, took, found = c.deploy()                                           # complete now: nothing submitted
+    assert proc.returncode == 0 and 'nothing to download' in proc.stdout, found or proc.stdout[-3000:]
+    assert [r for r in c.jobs() if r[1] == c.download] == downloads
+
+
 # -- 3. no space left on device ---------------------------------------------------------------------------------
 
 
@@ -425,6 +462,15 @@ def test_05b_node_failure_fails_at_once(case, warm_dir):
             ssh('scontrol requeue %s' % row[0])
         event = time.monotonic()
         text = out.finish(timeout=60)
+        # deploy again at once, the node still DOWN (and the same settings: another server_env would be a changed
+        # script, replaced by design): the requeued job is adopted and its begin time, which Slurm put some 2 min
+        # ahead, set to now, so it starts on the other node in seconds
+        redeploy_at = time.time()
+        again, took, found = c.deploy(server_env=dict(FAST_SERVER, GLM_STANDIN_SGLANG_LOAD='60'))
+        started = job_field(row[0], 'StartTime')
+        start_after = when(row[0], 'StartTime') - int(redeploy_at) if started and started != 'Unknown' else None
+        print('\nRECOVERY: run again after the requeue, the job started %s s after the deploy began; the deploy took '
+              '%.1f s (the server loads for 60 s)' % (start_after, took))
     finally:
         if downed:
             root_slurm(['scontrol', 'update', 'NodeName=%s' % node, 'State=RESUME'])
@@ -438,7 +484,14 @@ def test_05b_node_failure_fails_at_once(case, warm_dir):
     assert 'scancel %s' % row[0] in msg or 'run deploy again' in msg, msg
     after = out.failed_at(SERVE_TASK) - event
     assert after < 15, after
-    # a requeued job is Slurm's to run again: the message says how to cancel it; the test cancels it
+    if 'requeued by Slurm' in msg:
+        assert 'run deploy again to adopt it and start it at once' in msg, msg
+        assert again.returncode == 0, found or again.stdout[-3000:]
+        said = again.stdout + again.stderr                           # Ansible prints its warnings on stderr
+        assert 'was requeued by Slurm (restarts 1' in said and 'that was set to now' in said, said[-3000:]
+        assert c.job_state(c.serve)[0] == row[0], c.jobs()          # the same job, adopted, not a second one
+        # it was 137 s (the requeued job's begin time, about 2 min ahead) before the job started at all
+        assert start_after is not None and start_after < 15, (started, start_after)
 
 
 # -- 6. the server waits for a free node ------------------------------------------------------------------------
@@ -605,6 +658,11 @@ def job_field(job_id, field):
     return found[0] if found else None
 
 
+def when(job_id, field):
+    """A time field of `scontrol show job` as seconds since the epoch (Slurm prints local time, to the second)."""
+    return time.mktime(time.strptime(job_field(job_id, field), '%Y-%m-%dT%H:%M:%S'))
+
+
 def node_of(job_id):
     return job_field(job_id, 'BatchHost')
 
@@ -652,8 +710,6 @@ def test_11a_a_bad_gpu_costs_seconds_and_the_server_runs_on_the_other_node(case,
     assert list(listed) == ['node1'] and listed['node1']['job_id'] == first and listed['node1']['cause'].startswith(cause)
     assert 'nodes avoided (failed the GPU check): node1' in proc.stdout, proc.stdout[-2000:]     # the deploy's summary
 
-    def when(job_id, field):
-        return time.mktime(time.strptime(job_field(job_id, field), '%Y-%m-%dT%H:%M:%S'))
     gap = when(second, 'SubmitTime') - when(first, 'StartTime')     # Slurm's times, to the second
     assert gap < 15, gap
     healthy = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, second)))

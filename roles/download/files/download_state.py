@@ -1,11 +1,15 @@
 """Report, as JSON on stdout, what the download job still has to do.
 
-Usage: download_state.py MODEL_DIR IMAGE
+Usage: download_state.py MODEL_DIR IMAGE REPO [REVISION]
 
-Read-only. The weights are complete when config.json is there, every file named in
-model.safetensors.index.json's weight_map is there (or model.safetensors when there is no index), and no
-".incomplete" file is left anywhere under MODEL_DIR (hf download's partial files). Also reports the bytes already
-present (model dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
+Read-only. The weights are complete when the download job's completion record MODEL_DIR/.glm-serve-complete.json
+is there (download.sbatch writes it only after `hf download` exited 0, and removes it before it starts) for REPO
+and REVISION, and the files are still there: config.json, every file named in model.safetensors.index.json's
+weight_map (or model.safetensors when there is no index), and no ".incomplete" file under MODEL_DIR (hf
+download's partial files). Files that merely look whole (every shard, but a download stopped before
+tokenizer.json) are not complete without the record; nor is a tree an older version of the download job left:
+the next download resumes it, and hf skips the files already there. Also reports the bytes already present (model
+dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
 """
 
 import json
@@ -13,6 +17,26 @@ import os
 import sys
 
 LIST_MAX = 20
+RECORD = ".glm-serve-complete.json"
+
+
+def read_record(model_dir, repo, revision):
+    """(record or None, why it does not count or "")."""
+    path = os.path.join(model_dir, RECORD)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        return None, "no completion record (the last download did not finish, or an older version of the job made it)"
+    except (OSError, ValueError) as exc:
+        return None, "the completion record %s is unreadable (%s)" % (path, exc)
+    if not isinstance(record, dict):
+        return None, "the completion record %s is not a JSON object" % path
+    if record.get("repo") != repo:
+        return None, "the completion record is for %s, not %s" % (record.get("repo"), repo)
+    if (record.get("revision") or "") != (revision or ""):
+        return None, "the completion record is for revision %r, not %r" % (record.get("revision") or "default", revision or "default")
+    return record, ""
 
 
 def nearest_existing(path):
@@ -25,8 +49,11 @@ def nearest_existing(path):
     return path
 
 
-def main(model_dir, image):
+def main(model_dir, image, repo, revision=""):
+    record, record_why = read_record(model_dir, repo, revision)
     state = {
+        "record": record,
+        "record_why": record_why,
         "model_dir": model_dir,
         "image": image,
         "image_present": os.path.isfile(image),
@@ -77,13 +104,17 @@ def main(model_dir, image):
     stats = os.statvfs(nearest_existing(model_dir))
     state["free_bytes"] = stats.f_bavail * stats.f_frsize
 
-    state["weights_complete"] = bool(
-        state["config_present"]
-        and wanted
-        and not state["index_error"]
-        and not missing
-        and not incomplete
-    )
+    files_whole = bool(state["config_present"] and wanted and not state["index_error"] and not missing and not incomplete)
+    state["weights_complete"] = bool(record) and files_whole
+    if state["weights_complete"]:
+        state["why"] = ""
+    elif record_why and files_whole:
+        state["why"] = record_why + ": the download runs again and hf skips the files already there"
+    elif record_why:
+        state["why"] = record_why
+    else:
+        state["why"] = "files of the recorded download are gone: %d weight files missing, %d partial" % (
+            len(missing), len(incomplete))
     state["complete"] = state["weights_complete"] and state["image_present"]
     json.dump(state, sys.stdout)
     sys.stdout.write("\n")
@@ -91,7 +122,7 @@ def main(model_dir, image):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.stderr.write("usage: download_state.py MODEL_DIR IMAGE\n")
+    if len(sys.argv) not in (4, 5):
+        sys.stderr.write("usage: download_state.py MODEL_DIR IMAGE REPO [REVISION]\n")
         sys.exit(2)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))

@@ -94,11 +94,15 @@ class Slurm:
 
 @pytest.fixture
 def run(monkeypatch, tmp_path):
+    warnings = []
+
     def exit_json(module, **kwargs):
-        raise ExitJson(kwargs)
+        raise ExitJson(dict(kwargs, warnings=list(warnings)) if warnings else kwargs)
 
     def fail_json(module, **kwargs):
         raise FailJson(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda module, msg: warnings.append(msg))
 
     monkeypatch.setattr(basic.AnsibleModule, 'exit_json', exit_json)
     monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
@@ -178,6 +182,23 @@ def test_live_job_is_idempotent(run):
     assert ok and result['changed'] is False and result['submitted'] is False
     assert result['job_id'] == '4124' and result['nodes'] == 'node1'
     assert slurm.argvs('sbatch') == [] and slurm.argvs('scancel') == []
+
+
+@pytest.mark.parametrize('restarts, check, updated', [(1, False, True), (0, False, False), (1, True, False)])
+def test_a_requeued_job_held_for_its_begin_time_is_started_now_when_adopted(run, restarts, check, updated):
+    """Slurm holds a requeued job (its node failed) until a begin time ~2 min ahead: adopting it, the module sets that
+    to now. A job held by the --begin its user gave (never requeued) is left alone; check mode only says so."""
+    held = scontrol('4124', 'PENDING', reason='BeginTime').replace('Restarts=0', 'Restarts=%d' % restarts)
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'PENDING', reason='BeginTime')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=held).on(['/usr/bin/scontrol', 'update'])
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, slurm, check_mode=check)
+    assert ok and result['submitted'] is False and result['job_id'] == '4124'
+    updates = [a for a in slurm.argvs('scontrol') if a[1] == 'update']
+    assert updates == ([['/usr/bin/scontrol', 'update', 'JobId=4124', 'StartTime=now']] if updated else []), updates
+    assert result['changed'] is bool(restarts)
+    if restarts:
+        assert 'was requeued by Slurm (restarts 1' in result['warnings'][0], result.get('warnings')
+    assert slurm.argvs('sbatch') == []
 
 
 def test_check_mode_submits_nothing(run):
@@ -321,6 +342,17 @@ def test_transient_lookup_error_is_retried(run, monkeypatch):
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '5'
     assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2  # the lookup, retried (the lock held: no duplicate check)
+    # and it says so: what it waited for, how long, and the bound
+    assert any('the Slurm controller did not answer' in w and 'Unable to contact slurm controller' in w
+               and 'retry_timeout=120' in w for w in result.get('warnings', [])), result.get('warnings')
+
+
+def test_an_outage_longer_than_retry_timeout_fails_naming_the_bound(run):
+    down = (1, '', fixture('squeue_down.stderr'))
+    call = squeue_answers(Slurm(), [down] * 3)     # retry_timeout 1 s: asked at 0 s and after 1 s of sleep
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'retry_timeout': 1}, call)
+    assert not ok and 'Unable to contact slurm controller' in result['msg'], result
+    assert 'retried for 1 s, retry_timeout=1' in result['msg'], result['msg']
 
 
 def test_info_by_name(run):
