@@ -173,7 +173,7 @@ def _probe_setup(work):
     setup = work.script('setup.sbatch', (
         'set -e\n'
         'srun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
-        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': work.dir})
+        'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': work.dir})
     return setup
 
 
@@ -181,7 +181,7 @@ def _serve_script(work, port):
     return work.script('serve.sbatch', (
         'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=3 GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
         'export KEY=$(cat %(d)s/api-key)\n'
-        'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server '
+        'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s --ntasks=1 bash -c \'exec python3 -m sglang.launch_server '
         '--model-path %(d)s/model --served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" '
         '--host 0.0.0.0 --port %(p)d\'\n') % {'d': work.dir, 'p': port}, sbatch=('--output=%x-%j.out', '--cpus-per-task=2', '--mem=2G'))
 

@@ -8,12 +8,15 @@ and REVISION, and the files are still there: config.json, every file named in mo
 weight_map (or model.safetensors when there is no index), and no ".incomplete" file under MODEL_DIR (hf
 download's partial files). Files that merely look whole (every shard, but a download stopped before
 tokenizer.json) are not complete without the record; nor is a tree an older version of the download job left:
-the next download resumes it, and hf skips the files already there. Also reports the bytes already present (model
-dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
+the next download resumes it, and hf skips the files already there. The image counts when it is a whole squashfs
+(its superblock: the magic, version 4, and no more bytes used than the file has; what `unsquashfs -s` and Pyxis
+need): an image cut short by a failed save is saved again by the next download job. Also reports the bytes already
+present (model dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
 """
 
 import json
 import os
+import struct
 import sys
 
 LIST_MAX = 20
@@ -39,6 +42,28 @@ def read_record(model_dir, repo, revision):
     return record, ""
 
 
+def image_problem(path):
+    """What is wrong with the squashfs image at PATH, or "" when it is whole (squashfs 4 superblock: magic "hsqs",
+    s_major at byte 28, bytes_used at byte 40, little-endian)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(96)
+            size = os.fstat(handle.fileno()).st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return "unreadable (%s)" % exc
+    if len(head) < 48 or head[:4] != b"hsqs":
+        return "not a squashfs image (no superblock)"
+    major = struct.unpack_from("<H", head, 28)[0]
+    used = struct.unpack_from("<Q", head, 40)[0]
+    if major != 4:
+        return "a squashfs of version %d, not 4" % major
+    if used > size:
+        return "truncated: %d bytes of the %d its superblock says (a save that failed)" % (size, used)
+    return ""
+
+
 def nearest_existing(path):
     path = os.path.abspath(path)
     while not os.path.exists(path):
@@ -56,7 +81,8 @@ def main(model_dir, image, repo, revision=""):
         "record_why": record_why,
         "model_dir": model_dir,
         "image": image,
-        "image_present": os.path.isfile(image),
+        "image_present": False,
+        "image_problem": "",
         "config_present": os.path.isfile(os.path.join(model_dir, "config.json")),
         "index_present": False,
         "index_error": "",
@@ -69,6 +95,8 @@ def main(model_dir, image, repo, revision=""):
     }
     if os.path.isfile(image):
         state["present_bytes"] += os.path.getsize(image)
+        state["image_problem"] = image_problem(image)
+        state["image_present"] = not state["image_problem"]
 
     index_path = os.path.join(model_dir, "model.safetensors.index.json")
     wanted = set()
@@ -115,6 +143,9 @@ def main(model_dir, image, repo, revision=""):
     else:
         state["why"] = "files of the recorded download are gone: %d weight files missing, %d partial" % (
             len(missing), len(incomplete))
+    if state["image_problem"]:
+        state["why"] = "; ".join(w for w in (state["why"], "the image %s is broken: %s; it is saved again" % (
+            image, state["image_problem"])) if w)
     state["complete"] = state["weights_complete"] and state["image_present"]
     json.dump(state, sys.stdout)
     sys.stdout.write("\n")

@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -17,6 +18,14 @@ import pytest
 SCRIPT = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'download', 'files', 'download_state.py')
 REPO = 'zai-org/GLM-5.3-Flash'
 SHARDS = ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']
+
+
+def squashfs(size, used=None, major=4):
+    """The bytes of a squashfs 4 image of SIZE bytes whose superblock says it uses USED (default: all of them)."""
+    head = bytearray(b'hsqs' + b'\0' * 92)
+    struct.pack_into('<H', head, 28, major)
+    struct.pack_into('<Q', head, 40, size if used is None else used)
+    return bytes(head) + b'\0' * (size - len(head))
 
 
 def state(model, image, *extra):
@@ -34,7 +43,7 @@ def tree(tmp_path):
     for name in SHARDS:
         (model / name).write_bytes(b'x' * 10)
     image = tmp_path / 'sglang.sqsh'
-    image.write_bytes(b'hsqs')
+    image.write_bytes(squashfs(4096))
     return model, image
 
 
@@ -95,3 +104,27 @@ def test_usage_error_without_the_repository(tree):
     model, image = tree
     proc = subprocess.run([sys.executable, SCRIPT, str(model), str(image)], stderr=subprocess.PIPE, check=False)
     assert proc.returncode == 2 and b'REPO' in proc.stderr
+
+
+def test_an_image_cut_short_by_a_failed_save_is_not_taken(tree):
+    """Pyxis exports after the step and srun exits 0 when that fails, leaving part of a file: the superblock is
+    there, the bytes it counts are not. The next download job saves the image again."""
+    model, image = tree
+    record(model)
+    image.write_bytes(squashfs(4096)[:2048])
+    got = state(model, image, REPO)
+    assert got['weights_complete'] and not got['image_present'] and not got['complete']
+    assert got['image_problem'].startswith('truncated: 2048 bytes of the 4096'), got
+    assert 'is broken: truncated' in got['why'] and 'saved again' in got['why']
+
+
+@pytest.mark.parametrize('content, problem', [
+    (b'pyxis stand-in: a text file', 'not a squashfs image'),
+    (squashfs(4096, major=3), 'version 3'),
+])
+def test_a_file_that_is_no_squashfs_is_not_an_image(tree, content, problem):
+    model, image = tree
+    record(model)
+    image.write_bytes(content)
+    got = state(model, image, REPO)
+    assert not got['image_present'] and problem in got['image_problem'] and not got['complete']
