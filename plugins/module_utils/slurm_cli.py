@@ -44,6 +44,10 @@ class SlurmError(Exception):
         return result
 
 
+class SlurmAccountingUnavailable(SlurmError):
+    """sacct cannot answer (no accounting on the site, slurmdbd down): callers do without it."""
+
+
 class SlurmTransientError(SlurmError):
     """The controller could not be reached or timed out: worth retrying, never a job failure."""
 
@@ -64,6 +68,8 @@ class SlurmCli:
         self._version_tuple = None
         self._only_job_state = None
         self.polls = 0
+        #: sacct calls (slurmdbd's load, not slurmctld's)
+        self.accounting_calls = 0
         #: called with (seconds, last error, timeout) when retry() rode out an outage of the controller
         self.on_outage = None
 
@@ -193,6 +199,36 @@ class SlurmCli:
             if job is not None:
                 rows.append(job)
         return rows
+
+    def sacct(self, job_ids=None, name=None, user=None, since='now-7days'):
+        """The jobs slurmdbd recorded (``sacct -X``: allocations, not steps), as job dicts (slurm_parse.parse_sacct),
+        oldest first. Asks slurmdbd, not slurmctld (counted in ``accounting_calls``, not ``polls``). Raises
+        SlurmAccountingUnavailable when sacct cannot answer: no accounting on the site (``Slurm accounting storage
+        is disabled``), slurmdbd down, or no sacct; the callers then do without, as before accounting."""
+        if 'sacct' not in self._bins:
+            self._bins['sacct'] = self.module.get_bin_path('sacct')     # optional: None when not installed
+        if not self._bins['sacct']:
+            raise SlurmAccountingUnavailable('sacct is not installed on this host')
+        argv = [self._bins['sacct'], '--parsable2', '--noheader', '-X', '--format=' + ','.join(sp.SACCT_FIELDS)]
+        if job_ids:
+            argv += ['--jobs=' + ','.join(str(j) for j in job_ids)]
+        else:
+            argv += ['--starttime=' + since]
+        if name:
+            argv += ['--name=' + name]
+        if user:
+            argv += ['--user=' + user]
+        self.accounting_calls += 1
+        try:
+            rc, out, err = self.run(argv, poll=False)
+        except SlurmTransientError as exc:
+            raise SlurmAccountingUnavailable(exc.msg, argv)
+        except (OSError, IOError) as exc:
+            raise SlurmAccountingUnavailable('sacct could not run: %s' % exc, argv)
+        if rc != 0 or 'accounting storage is disabled' in (err or ''):
+            raise SlurmAccountingUnavailable('sacct failed: %s' % ((err or '').strip().splitlines() or ['rc %d' % rc])[-1],
+                                             argv, rc, out, err)
+        return sp.parse_sacct(out)
 
     def show_job(self, job_id):
         """``scontrol --local show job ID`` as a job dict (with output_path and exit_code), or None if purged."""
