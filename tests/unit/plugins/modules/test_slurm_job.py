@@ -864,7 +864,7 @@ def test_info_finds_a_purged_job_id_in_accounting(run):
     assert job['state'] == 'TIMEOUT' and job['source'] == 'accounting' and job['elapsed'] == '08:00:13'
     assert job['end_time'] == '2026-12-01T23:47:22' and job['exit_code'] == '0:0' and job['live'] is False
     assert result['accounting_calls'] == 1
-    assert [a for a in slurm.argvs('sacct')][0][-1] == '--jobs=4124'
+    assert slurm.argvs('sacct')[0][-1] == '--jobs=4124'
 
 
 def test_info_without_accounting_works_as_before(run):
