@@ -27,10 +27,19 @@ options:
         looks for a job of that name that the lost attempt may have created.
     type: int
     default: 120
+  accounting:
+    description:
+      - Use Slurm's accounting (C(sacct), which asks slurmdbd, not slurmctld) for jobs slurmctld no longer remembers
+        (C(MinJobAge) after they ended), for their final state, exit code, reason, start, end and elapsed time.
+      - On a site without accounting, or when C(sacct) fails, the module does without it, as with V(false).
+    type: bool
+    default: true
 notes:
   - Needs the Slurm client tools (C(squeue), C(scontrol), C(sbatch), C(scancel)) on the host, configured for the
-    cluster. Works with Slurm 22.05 and later; C(squeue --only-job-state) is used from 23.11 on.
-  - Never relies on C(sacct) (clusters without slurmdbd) nor on C(squeue --json) filtering.
+    cluster. Works with Slurm 22.05 and later; C(squeue --only-job-state) is used from 23.11.5 on. C(sacct) is
+    optional.
+  - Never relies on C(sacct) (clusters without slurmdbd work as well, with less history) nor on C(squeue --json)
+    filtering.
 requirements:
   - Slurm client commands on the host
 '''

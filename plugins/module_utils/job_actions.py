@@ -28,15 +28,21 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
-from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
+from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmAccountingUnavailable, SlurmError, SlurmTransientError
 from ansible_collections.glm.serve.plugins.module_utils import serve_progress
 from ansible_collections.glm.serve.plugins.module_utils.job_waiter import JobWaiter, Target, WaitFailed, describe
 from ansible_collections.glm.serve.plugins.module_utils.wait_policy import WaitPolicy
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+from ansible_collections.glm.serve.plugins.module_utils import wait_rules as wr
 
 RESULT_JOB_KEYS = ('job_id', 'name', 'user', 'state', 'reason', 'nodes', 'exit_code', 'output_path')
 INFO_KEYS = ('job_id', 'name', 'user', 'state', 'reason', 'nodes', 'partition', 'elapsed', 'time_limit',
-             'end_time', 'output_path', 'work_dir', 'dependency', 'exit_code')
+             'end_time', 'output_path', 'work_dir', 'dependency', 'exit_code', 'start_time', 'submit_time', 'source')
+
+#: At most this many ended jobs per listing come from accounting (the newest), beside what slurmctld remembers.
+ACCOUNTING_MAX = 5
+#: The end states a deploy reports for the last job of a name before it submits a new one.
+ENDED_STATES = sp.TERMINAL_STATES
 
 
 class ActionError(Exception):
@@ -68,6 +74,14 @@ class Context:
         self.name = params.get('name')
         self._user = params.get('user')
         self.recorded = {}          # job id -> what its submit record says (see recorded())
+        self.record_lookup = None   # (job id, its row or None): the submit record's job as recorded_live() found it
+        self.accounting_said = False
+        cli.on_outage = self.outage
+
+    def outage(self, seconds, error, timeout):
+        """Says that a Slurm call waited for the controller (the waits of ``wait`` report their own)."""
+        self.warn('the Slurm controller did not answer for %d s (%s); the call was retried until it did, as it is for up '
+                  'to retry_timeout=%d s' % (round(seconds), error, timeout))
 
     @property
     def user(self):
@@ -810,7 +824,11 @@ def find_or_submit(ctx, result, locked=True):
         if params.get('recreate_on_change') and params.get('script') and script_changed(ctx, job):
             result['script_changed'] = True
             job = None
+        elif job.get('state') == 'PENDING' and job.get('reason') == 'BeginTime':
+            job = start_requeued_now(ctx, job, result)
     if job is None:
+        if not live and not ctx.check_mode and 'previous' not in result and not result.get('job_id'):
+            report_previous(ctx, result)      # once, for the job of an earlier run (not one this run submitted)
         to_cancel += [j['job_id'] for j in live]
         job = submit(ctx, to_cancel, result)
         if not ctx.check_mode and job.get('job_id') and (params.get('duplicate_check') == 'always' or not locked):
@@ -847,6 +865,71 @@ def live_jobs(ctx, result):
     return [r for r in rows if r.get('name') == ctx.name]
 
 
+def accounting(ctx, **query):
+    """Jobs from slurmdbd (``sacct``), or [] when the site has no accounting, ``sacct`` fails or ``accounting`` is
+    off: everything works without it, as before. Says once why it did without."""
+    if not ctx.params.get('accounting', True):
+        return []
+    try:
+        return ctx.cli.sacct(**query)
+    except SlurmAccountingUnavailable as exc:
+        if not ctx.accounting_said:
+            ctx.accounting_said = True
+            ctx.log('accounting not used: %s' % exc.msg)
+        return []
+
+
+def why_ended(job):
+    """``TIMEOUT: it reached its time limit (--time 8:00:00) at 2026-12-01T18:00:00 after 8:00:00 (exit code 0:0)``."""
+    state = job.get('state') or 'UNKNOWN'
+    meaning = wr.STATE_MEANINGS.get(state, '')
+    if state == 'TIMEOUT' and job.get('time_limit'):
+        meaning = 'it reached its time limit (--time %s)' % job['time_limit']
+    elif state == 'CANCELLED' and job.get('cancelled_by'):
+        meaning = 'it was cancelled by uid %s (scancel, a teardown, or an administrator)' % job['cancelled_by']
+    elif state == 'FAILED' and job.get('exit_code'):
+        meaning = 'it exited with code %s' % job['exit_code'].split(':')[0]
+    elif state == 'COMPLETED':
+        meaning = 'it exited 0'
+    text = '%s%s' % (state, (': ' + meaning) if meaning else '')
+    if job.get('reason') and job['reason'] not in ('None', 'NonZeroExitCode'):
+        text += ' (reason %s)' % job['reason']
+    if job.get('end_time'):
+        text += ' at %s' % job['end_time']
+    if job.get('elapsed'):
+        text += ' after %s' % job['elapsed']
+    if job.get('exit_code') and state != 'FAILED':
+        text += ', exit code %s' % job['exit_code']
+    if job.get('nodes'):
+        text += ', on %s' % job['nodes']
+    return text
+
+
+def report_previous(ctx, result):
+    """Before a new submission: how the last job this module submitted under the name ended (its submit record's
+    job), from slurmctld while it remembers it (``scontrol --local show job``), else from accounting (``sacct``,
+    slurmdbd). A job that did not complete is reported with a warning: the deploy says what happened before it
+    submits the new one. No record, or no answer: nothing said."""
+    job_id = record_id(ctx)
+    if not job_id:
+        return None
+    looked = ctx.record_lookup
+    job = looked[1] if looked and looked[0] == job_id else lookup(ctx, job_id)
+    if job is None:
+        rows = [r for r in accounting(ctx, job_ids=[job_id]) if r.get('job_id') == job_id]
+        job = rows[-1] if rows else None
+    if job is None or job.get('state') not in ENDED_STATES or job.get('name') != ctx.name:
+        return None
+    previous = dict((k, job.get(k)) for k in ('job_id', 'state', 'reason', 'exit_code', 'start_time', 'end_time',
+                                              'elapsed', 'time_limit', 'nodes'))
+    previous['source'] = job.get('source') or 'slurmctld'
+    previous['why'] = why_ended(job)
+    result['previous'] = previous
+    if job.get('state') != 'COMPLETED':
+        ctx.warn('the last %s job, %s, ended %s; a new one is submitted' % (ctx.name, job_id, previous['why']))
+    return previous
+
+
 def record_id(ctx, name=None):
     record = read_record(ctx, name)
     return str(record['job_id']) if record and record.get('job_id') else None
@@ -859,6 +942,7 @@ def recorded_live(ctx):
     if not job_id:
         return None
     job = lookup(ctx, job_id)
+    ctx.record_lookup = (job_id, job)       # for report_previous, should this run submit: no second call
     if job is None or not is_live(job) or job.get('name') != ctx.name or (ctx.user and job.get('user') != ctx.user):
         return None
     return job
@@ -881,6 +965,32 @@ def shared_lookup(ctx):
             or records.get(ctx.name) != record_id(ctx)):
         return None
     return newest_live(ctx, [dict(r) for r in shared.get('jobs') or [] if isinstance(r, dict)], [ctx.name])
+
+
+def start_requeued_now(ctx, job, result):
+    """A live job that Slurm requeued (its node failed; Restarts > 0) waits for a begin time Slurm set some 2 min
+    ahead, although another node may be free. Adopting it, the module sets its begin time to now (one ``scontrol
+    update``, as its owner may), so that it starts at once where it can; it says so. A job that waits for a begin
+    time its user asked for (``--begin``, never requeued) is left alone. Returns the job's row."""
+    shown = ctx.retry(ctx.cli.show_job, job['job_id'])
+    if not shown:
+        return job
+    job = dict(job, **dict((k, v) for k, v in shown.items() if v is not None and job.get(k) is None))
+    try:
+        restarts = int(shown.get('restarts') or 0)
+    except (TypeError, ValueError):
+        restarts = 0
+    if restarts < 1 or shown.get('state') != 'PENDING' or shown.get('reason') != 'BeginTime':
+        return job
+    result['changed'] = True
+    result['started_now'] = {'job_id': job['job_id'], 'was': shown.get('start_time'), 'restarts': restarts}
+    ctx.warn('job %s (%s) was requeued by Slurm (restarts %d: its node failed or an administrator requeued it) and was '
+             'held until its begin time %s; %s to now, so that it starts at once on a free node' % (
+                 job['job_id'], ctx.name, restarts, shown.get('start_time') or '?',
+                 'it would be set' if ctx.check_mode else 'that was set'))
+    if not ctx.check_mode:
+        ctx.retry(ctx.cli.start_now, job['job_id'])
+    return job
 
 
 def keep_oldest(ctx, job, to_cancel, result):
@@ -1018,6 +1128,19 @@ def info(ctx):
             else:
                 missing.append(job_id)
     wanted_live = params.get('live')
+    # What slurmctld forgot (MinJobAge after the end), from accounting: the ids asked for, or the newest ended jobs of
+    # the name/user. Not for live-only listings: accounting adds no live job.
+    if wanted_live is not True and (missing or (not job_ids and (params.get('name') or user))):
+        if missing:
+            recorded_rows = accounting(ctx, job_ids=missing)
+        else:
+            recorded_rows = accounting(ctx, name=params.get('name'), user=user)
+        known = set(r['job_id'] for r in rows)
+        extra = [r for r in recorded_rows if r['job_id'] not in known and r.get('state') in sp.TERMINAL_STATES]
+        if not missing:
+            extra = sorted(extra, key=lambda r: _id_key(r['job_id']))[-ACCOUNTING_MAX:]
+        rows.extend(extra)
+        missing = [j for j in missing if j not in set(r['job_id'] for r in extra)]
     # the key is read only when there is a server to ask (a missing key file does not hide the jobs)
     running = any(r.get('state') == 'RUNNING' and (wanted_live is None or is_live(r) == wanted_live) for r in rows)
     probe = make_probe(params.get('probe'))[0] if running else None
@@ -1025,14 +1148,16 @@ def info(ctx):
     for row in sorted(rows, key=lambda r: _id_key(r['job_id'])):
         if wanted_live is not None and is_live(row) != wanted_live:
             continue
-        if params.get('details', True):
+        if params.get('details', True) and row.get('source') != 'accounting':
             row = details(ctx, row)
         job = dict((k, row.get(k)) for k in INFO_KEYS)
+        job['source'] = row.get('source') or 'slurmctld'
         job.update(live=is_live(row), ending=is_ending(row))
         if params.get('probe'):
             job['probe'] = probe_job(probe, row) if probe is not None else None
         jobs.append(job)
-    return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls}
+    return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls,
+            'accounting_calls': cli.accounting_calls}
 
 
 def probe_job(probe, job):

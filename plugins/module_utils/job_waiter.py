@@ -599,8 +599,9 @@ class JobWaiter:
     def _fail_requeued(self, target, job):
         summary = 'job %s (%s) was requeued by Slurm after it had started (now %s, restarts %s)' % (
             job['job_id'], job.get('name'), describe(job), job.get('restarts') or '?')
-        reason = 'its node failed or an administrator requeued it, so what it ran is gone. Slurm starts it again when ' \
-                 'a node is free; wait for it again (the job is adopted), or cancel it with scancel %s' % job['job_id']
+        reason = 'its node failed or an administrator requeued it, so what it ran is gone. Slurm holds a requeued job ' \
+                 'until a begin time some 2 min ahead, then starts it again on a free node; run deploy again to adopt ' \
+                 'it and start it at once (its begin time is set to now), or cancel it with scancel %s' % job['job_id']
         raise WaitFailed(summary, kind=wr.REQUEUED, reason=reason, job=job, chain=self.chain(target),
                          log_tail=self.tail(target.job_id), log_path=self._output_path(target.job_id))
 

@@ -44,6 +44,10 @@ class SlurmError(Exception):
         return result
 
 
+class SlurmAccountingUnavailable(SlurmError):
+    """sacct cannot answer (no accounting on the site, slurmdbd down): callers do without it."""
+
+
 class SlurmTransientError(SlurmError):
     """The controller could not be reached or timed out: worth retrying, never a job failure."""
 
@@ -64,6 +68,10 @@ class SlurmCli:
         self._version_tuple = None
         self._only_job_state = None
         self.polls = 0
+        #: sacct calls (slurmdbd's load, not slurmctld's)
+        self.accounting_calls = 0
+        #: called with (seconds, last error, timeout) when retry() rode out an outage of the controller
+        self.on_outage = None
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -93,17 +101,25 @@ class SlurmCli:
 
     def retry(self, func, timeout, *args, **kwargs):
         """Call func, retrying SlurmTransientError with backoff (1, 2, 4 ... 30 s) until timeout elapses."""
-        deadline = self.clock.now() + timeout
+        started = self.clock.now()
+        deadline = started + timeout
         delay = 1.0
+        last = None
         while True:
             try:
-                return func(*args, **kwargs)
-            except SlurmTransientError:
+                value = func(*args, **kwargs)
+            except SlurmTransientError as exc:
+                last = exc.msg
                 remaining = deadline - self.clock.now()
                 if remaining <= 0:
+                    exc.msg = '%s (retried for %d s, retry_timeout=%d)' % (exc.msg, round(self.clock.now() - started), timeout)
                     raise
                 self.clock.sleep(min(delay, remaining))
                 delay = min(delay * 2, 30.0)
+                continue
+            if last is not None and self.on_outage is not None:
+                self.on_outage(self.clock.now() - started, last, timeout)
+            return value
 
     # -- version ---------------------------------------------------------------------------------
 
@@ -184,6 +200,36 @@ class SlurmCli:
                 rows.append(job)
         return rows
 
+    def sacct(self, job_ids=None, name=None, user=None, since='now-7days'):
+        """The jobs slurmdbd recorded (``sacct -X``: allocations, not steps), as job dicts (slurm_parse.parse_sacct),
+        oldest first. Asks slurmdbd, not slurmctld (counted in ``accounting_calls``, not ``polls``). Raises
+        SlurmAccountingUnavailable when sacct cannot answer: no accounting on the site (``Slurm accounting storage
+        is disabled``), slurmdbd down, or no sacct; the callers then do without, as before accounting."""
+        if 'sacct' not in self._bins:
+            self._bins['sacct'] = self.module.get_bin_path('sacct')     # optional: None when not installed
+        if not self._bins['sacct']:
+            raise SlurmAccountingUnavailable('sacct is not installed on this host')
+        argv = [self._bins['sacct'], '--parsable2', '--noheader', '-X', '--format=' + ','.join(sp.SACCT_FIELDS)]
+        if job_ids:
+            argv += ['--jobs=' + ','.join(str(j) for j in job_ids)]
+        else:
+            argv += ['--starttime=' + since]
+        if name:
+            argv += ['--name=' + name]
+        if user:
+            argv += ['--user=' + user]
+        self.accounting_calls += 1
+        try:
+            rc, out, err = self.run(argv, poll=False)
+        except SlurmTransientError as exc:
+            raise SlurmAccountingUnavailable(exc.msg, argv)
+        except (OSError, IOError) as exc:
+            raise SlurmAccountingUnavailable('sacct could not run: %s' % exc, argv)
+        if rc != 0 or 'accounting storage is disabled' in (err or ''):
+            raise SlurmAccountingUnavailable('sacct failed: %s' % ((err or '').strip().splitlines() or ['rc %d' % rc])[-1],
+                                             argv, rc, out, err)
+        return sp.parse_sacct(out)
+
     def show_job(self, job_id):
         """``scontrol --local show job ID`` as a job dict (with output_path and exit_code), or None if purged."""
         argv = [self.bin('scontrol'), '--local', 'show', 'job', str(job_id)]
@@ -241,6 +287,14 @@ class SlurmCli:
         rc, out, err = self.run(argv, poll=False)
         if rc != 0:
             self.fail('scancel failed: %s' % err.strip(), argv, rc, out, err)
+
+    def start_now(self, job_id):
+        """``scontrol update JobId=N StartTime=now``: a pending job's begin time set to now (a user may, for their own
+        jobs; the controller never sets it earlier than now)."""
+        argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'StartTime=now']
+        rc, out, err = self.run(argv, poll=False)
+        if rc != 0:
+            self.fail('scontrol update StartTime of job %s failed: %s' % (job_id, err.strip()), argv, rc, out, err)
 
     def update_end_time(self, job_id, end_time):
         argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'EndTime=%s' % end_time]

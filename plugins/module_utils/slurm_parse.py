@@ -200,6 +200,52 @@ def scontrol_to_job(record):
     }
 
 
+#: The fields asked of ``sacct --parsable2`` (slurmdbd's record of a job, kept after slurmctld has forgotten it).
+SACCT_FIELDS = ('JobID', 'JobName', 'User', 'State', 'ExitCode', 'Reason', 'Restarts', 'Submit', 'Start', 'End',
+                'Elapsed', 'Timelimit', 'NodeList', 'Partition', 'WorkDir')
+
+_CANCELLED_BY_RE = re.compile(r'^CANCELLED by (\S+)$')
+
+
+def parse_sacct(text, fields=SACCT_FIELDS):
+    """Parse ``sacct --parsable2 --noheader -X --format=FIELDS`` into job dicts with the keys of scontrol_to_job,
+    plus ``source: accounting`` and ``cancelled_by`` (the uid in ``CANCELLED by 1001``). Steps (``123.batch``) and a
+    header line are skipped; a line of another width is ignored."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.split('|')
+        if len(parts) != len(fields) or parts[0] == 'JobID':
+            continue
+        raw = dict(zip(fields, parts))
+        job_id = raw['JobID'].strip()
+        if not job_id or '.' in job_id:
+            continue
+        state = raw.get('State', '').strip()
+        cancelled = _CANCELLED_BY_RE.match(state)
+        jobs.append({
+            'job_id': job_id,
+            'name': _clean(raw.get('JobName', '')),
+            'user': _clean(raw.get('User', '')),
+            'state': 'CANCELLED' if cancelled else (state.split()[0] if state else None),
+            'cancelled_by': cancelled.group(1) if cancelled else None,
+            'reason': _clean(raw.get('Reason', '')),
+            'nodes': _clean(raw.get('NodeList', '')) if raw.get('NodeList', '').strip() != 'None assigned' else None,
+            'partition': _clean(raw.get('Partition', '')),
+            'elapsed': _clean(raw.get('Elapsed', '')),
+            'time_limit': _clean(raw.get('Timelimit', '')),
+            'end_time': _clean(raw.get('End', '')) if raw.get('End', '').strip() != 'Unknown' else None,
+            'start_time': _clean(raw.get('Start', '')) if raw.get('Start', '').strip() != 'Unknown' else None,
+            'submit_time': _clean(raw.get('Submit', '')),
+            'work_dir': _clean(raw.get('WorkDir', '')),
+            'exit_code': _clean(raw.get('ExitCode', '')),
+            'restarts': _clean(raw.get('Restarts', '')),
+            'dependency': None,
+            'output_path': None,
+            'source': 'accounting',
+        })
+    return jobs
+
+
 def parse_time(value):
     """Seconds since the epoch of a Slurm time ``YYYY-MM-DDTHH:MM:SS`` (the host's time zone), or None."""
     if not value:

@@ -485,6 +485,63 @@ script_changed:
   description: True when O(recreate_on_change) found that the live job's stored script differs from O(script).
   returned: when the live job was replaced for that reason
   type: bool
+started_now:
+  description:
+    - The adopted job had been requeued by Slurm (its node failed) and held until a begin time ahead; its begin time
+      was set to now (C(scontrol update StartTime=now)) so that it starts at once on a free node.
+  returned: when that happened
+  type: dict
+  contains:
+    job_id:
+      description: The job.
+      type: str
+    was:
+      description: The begin time Slurm had set.
+      type: str
+    restarts:
+      description: How many times Slurm had requeued it.
+      type: int
+previous:
+  description:
+    - How the last job submitted under O(name) (its submit record's) ended, found before a new one was submitted,
+      from slurmctld while it remembers the job, else from accounting (C(sacct)).
+    - A job that did not complete is also reported in a warning.
+  returned: when a new job was submitted and the last one's end was known
+  type: dict
+  contains:
+    job_id:
+      description: The last job.
+      type: str
+    state:
+      description: Its final state (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, CANCELLED, FAILED, COMPLETED...).
+      type: str
+    why:
+      description: "The end in words, e.g. C(TIMEOUT: it reached its time limit (--time 08:00:00) at ... after ...)."
+      type: str
+    exit_code:
+      description: Exit code C(code:signal).
+      type: str
+    reason:
+      description: Slurm's reason.
+      type: str
+    start_time:
+      description: When it started.
+      type: str
+    end_time:
+      description: When it ended.
+      type: str
+    elapsed:
+      description: How long it ran.
+      type: str
+    time_limit:
+      description: Its time limit.
+      type: str
+    nodes:
+      description: Where it ran.
+      type: str
+    source:
+      description: V(slurmctld) or V(accounting).
+      type: str
 log_tail:
   description: The last lines of the relevant job's output file (secrets masked), when the wait failed.
   returned: on failure
@@ -599,6 +656,7 @@ def argument_spec():
         progress=dict(type='dict', options=dict(model_dir=dict(type='path'))),
         probe=dict(type='dict', options=job_actions.probe_options()),
         retry_timeout=dict(type='int', default=120),
+        accounting=dict(type='bool', default=True),
     )
 
 

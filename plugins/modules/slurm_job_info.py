@@ -15,7 +15,10 @@ version_added: 0.1.0
 description:
   - Lists jobs with C(squeue -t all) (so finished jobs too, while the controller remembers them, see C(MinJobAge)),
     then reads each job's output file path and exit code with C(scontrol show job).
-  - A job id that C(squeue) no longer shows is looked up with C(scontrol show job); ids Slurm forgot are returned in RV(missing).
+  - A job id that C(squeue) no longer shows is looked up with C(scontrol show job), then in accounting (C(sacct));
+    ids nothing knows are returned in RV(missing).
+  - Listing by name or user (not O(live=true)), the newest ended jobs that slurmctld forgot (at most 5) are added from
+    accounting, marked RV(jobs[].source=accounting).
   - Read-only.
 author:
   - glm.serve maintainers (@glm-serve)
@@ -147,6 +150,20 @@ jobs:
       description: Exit code C(code:signal) (with O(details)).
       type: str
       sample: "0:0"
+    start_time:
+      description: When the job started (or is expected to), C(YYYY-MM-DDTHH:MM:SS).
+      type: str
+      sample: "2026-11-30T10:00:00"
+    submit_time:
+      description: When the job was submitted.
+      type: str
+      sample: "2026-11-30T09:58:00"
+    source:
+      description:
+        - V(slurmctld) (the controller remembers the job) or V(accounting) (from C(sacct), after slurmctld forgot it;
+          no RV(jobs[].output_path) then).
+      type: str
+      sample: slurmctld
     live:
       description:
         - True when the job is in the queue and not ending (PENDING, CONFIGURING, RUNNING, SUSPENDED, a requeued state),
@@ -194,6 +211,11 @@ slurm_version:
   returned: always
   type: str
   sample: 22.05.8
+accounting_calls:
+  description: Number of C(sacct) calls made (slurmdbd's load, not the controller's).
+  returned: always
+  type: int
+  sample: 0
 polls:
   description: Number of squeue/scontrol calls made.
   returned: always
@@ -217,6 +239,7 @@ def argument_spec():
         live=dict(type='bool'),
         probe=dict(type='dict', options=job_actions.probe_options()),
         retry_timeout=dict(type='int', default=120),
+        accounting=dict(type='bool', default=True),
     )
 
 

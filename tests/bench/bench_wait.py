@@ -309,7 +309,8 @@ def latency_probe(bench, samples, kind='module'):
         script = bench.script(kind, 'serve.sbatch', (
             'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=%(load)d GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
             'export KEY=$(cat %(d)s/api-key)\n'
-            'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
+            'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s --ntasks=1 '
+            'bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
             '--served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" --host 0.0.0.0 --port %(p)d\'\n') % {
                 'd': path, 'p': port, 'load': 6 + i % 5}, extra=('--cpus-per-task=2', '--mem=2G'))
         job = bench.submit(kind, script)
@@ -339,7 +340,7 @@ def setup_image(bench, kind):
         return path
     setup = bench.submit(kind, bench.script(kind, 'setup.sbatch', (
         'set -e\nsrun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
-        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': path}))
+        'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': path}))
     for unused_attempt in range(120):
         if os.path.isdir(os.path.join(path, 'model')) and not sh(['squeue', '-h', '-j', setup]).stdout.strip():
             break
@@ -363,7 +364,8 @@ def long_chain(bench, download, loading, port=41000):
             'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=1 GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
             'for i in $(seq 1 %(n)d); do echo "Loading safetensors checkpoint shards: $((i * 100 / %(n)d))%% Completed"; sleep 10; done\n'
             'export KEY=$(cat %(d)s/api-key)\n'
-            'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
+            'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s --ntasks=1 '
+            'bash -c \'exec python3 -m sglang.launch_server --model-path %(d)s/model '
             '--served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" --host 0.0.0.0 --port %(p)d\'\n') % {
                 'd': path, 'p': port + number, 'n': loading // 10}, extra=('--cpus-per-task=2', '--mem=2G'))
         names = ('chain-dl-%s-%s' % (bench.id, kind), 'chain-srv-%s-%s' % (bench.id, kind))

@@ -31,7 +31,7 @@ DBD_PORT=$((CTLD_PORT - 1))
 NODES=(node1 node2)
 declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12)
 declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)))
-PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3)
+PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3 squashfs-tools)
 # a login node has curl (the server role's smoke test asks the API with it)
 if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less curl); fi
 if [ -n "$ACCOUNTING" ]; then PACKAGES+=(slurmdbd mariadb-server mariadb-client); fi
@@ -132,7 +132,7 @@ install_packages() {
 
 make_dirs() {
   install -d -m 0755 "$D" "$D/etc" "$D/log" "$D/state" "$D/state/ctld" "$D/run" "$D/run/munge" \
-    "$D/lib" "$D/dev" "$D/munge" "$D/ssh" "$D/control" "$D/standins"
+    "$D/lib" "$D/dev" "$D/munge" "$D/ssh" "$D/control" "$D/standins" "$D/run/pyxis-stash"
   local n
   for n in "${NODES[@]}"; do install -d -m 0755 "$D/state/slurmd-$n"; done
   chmod 0700 "$D/munge"
@@ -222,7 +222,12 @@ EOF
 
   printf 'NodeName=%s Name=gpu File=%s/dev/nvidia[0-7]\n' "$(IFS=,; echo "${NODES[*]}")" "$D" |
     write_if_changed "$D/etc/gres.conf"
-  printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control\n' "$D" "$D" "$D" |
+  # The Pyxis stand-in's site defaults, as a site's enroot.conf sets them: the home directory is not mounted
+  # (ENROOT_MOUNT_HOME, off in enroot's shipped config); the container's own filesystem is writable
+  # (ENROOT_ROOTFS_WRITABLE=yes), so a write to a path not mounted succeeds and is lost with the container, the case
+  # that loses a download silently. GLM_PYXIS_ROOTFS_WRITABLE=0 gives enroot's shipped default (writes there fail).
+  printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control stash=%s/run/pyxis-stash mount_home=%s rootfs_writable=%s\n' \
+    "$D" "$D" "$D" "$D" "${GLM_PYXIS_MOUNT_HOME:-0}" "${GLM_PYXIS_ROOTFS_WRITABLE:-1}" |
     write_if_changed "$D/etc/plugstack.conf"
   # slurmd 24.11 and later initialise a cgroup plugin even with proctrack/linuxproc, and a root has no cgroup
   # mount: "disabled" exists from 24.05 (22.05 on the host needs no cgroup.conf)
@@ -696,8 +701,8 @@ cmd_smoke() {
   echo "== ssh: squeue as $LOGIN_USER, no SLURM_CONF"
   ssh_login 'echo "PATH=$PATH SLURM_CONF=${SLURM_CONF-unset} python3=$(command -v python3)"; squeue' || rc=1
 
-  echo "== srun --container-image=docker://x --container-save=\$HOME/a.sqsh true"
-  if ssh_login 'rm -f ~/a.sqsh && srun --container-image=docker://x --container-save=$HOME/a.sqsh true && ls -l ~/a.sqsh && cat ~/a.sqsh'; then
+  echo "== srun --container-image=docker://x --container-save=\$HOME/a.sqsh true (a real squashfs)"
+  if ssh_login 'rm -f ~/a.sqsh && srun --container-image=docker://x --container-save=$HOME/a.sqsh true && ls -l ~/a.sqsh && unsquashfs -s ~/a.sqsh | head -n 3'; then
     echo "ok"
   else
     echo "FAILED"
@@ -710,6 +715,16 @@ cmd_smoke() {
     rc=1
   else
     echo "ok (failed as expected)"
+  fi
+
+  echo "== the home directory: not in the container unless mounted; a write there vanishes"
+  if ssh_login 'rm -rf ~/.glm-smoke-w && srun --container-image=$HOME/a.sqsh bash -c "test ! -e ~/a.sqsh && mkdir -p ~/.glm-smoke-w && touch ~/.glm-smoke-w/f" &&
+      test ! -e ~/.glm-smoke-w/f && srun --container-image=$HOME/a.sqsh --container-mounts=$HOME bash -c "test -f ~/a.sqsh" &&
+      srun --container-image=$HOME/a.sqsh --container-mount-home bash -c "test -f ~/a.sqsh"'; then
+    echo ok
+  else
+    echo "FAILED: the home directory should be seen only when mounted, and a write to it otherwise lost"
+    rc=1
   fi
 
   echo "== container PATH: stand-ins only inside container steps"

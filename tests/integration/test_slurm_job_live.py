@@ -12,7 +12,9 @@ import random
 import subprocess
 import time
 
-from conftest import CLUSTER, GATE
+import pytest
+
+from conftest import CLUSTER, GATE, as_login
 
 
 def job(environment=None, **args):
@@ -173,7 +175,7 @@ def _probe_setup(work):
     setup = work.script('setup.sbatch', (
         'set -e\n'
         'srun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=%(d)s/sglang.sqsh true\n'
-        'srun --container-image=%(d)s/sglang.sqsh hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': work.dir})
+        'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s hf download zai-org/GLM-5.3-Flash --local-dir %(d)s/model\n') % {'d': work.dir})
     return setup
 
 
@@ -181,7 +183,7 @@ def _serve_script(work, port):
     return work.script('serve.sbatch', (
         'export GLM_STANDIN_SGLANG_GPUS=8 GLM_STANDIN_SGLANG_LOAD=3 GLM_STANDIN_SGLANG_WARMUP=1 PYTHONUNBUFFERED=1\n'
         'export KEY=$(cat %(d)s/api-key)\n'
-        'srun --container-image=%(d)s/sglang.sqsh --ntasks=1 bash -c \'exec python3 -m sglang.launch_server '
+        'srun --container-image=%(d)s/sglang.sqsh --container-mounts=%(d)s --ntasks=1 bash -c \'exec python3 -m sglang.launch_server '
         '--model-path %(d)s/model --served-model-name glm-5.3-flash --tp-size 8 --api-key "$KEY" '
         '--host 0.0.0.0 --port %(p)d\'\n') % {'d': work.dir, 'p': port}, sbatch=('--output=%x-%j.out', '--cpus-per-task=2', '--mem=2G'))
 
@@ -236,3 +238,40 @@ def test_a_duplicate_from_a_lock_that_did_not_hold_is_cancelled_and_the_oldest_a
     assert listed['names'] == [shared['name'], name] and [j['job_id'] for j in listed['jobs']] == [first['job_id']], listed
     (adopted,), unused_proc = work.play([job(name=name, script=script, chdir=other, lookup=listed)])
     assert adopted['job_id'] == first['job_id'] and not adopted['changed'], adopted    # from the listing, no squeue
+
+
+def accounting_works():
+    """sacct answers on this cluster (slurmdbd configured), and MinJobAge is short enough for a test to wait for."""
+    proc = as_login(['sacct', '-n', '-X', '--starttime=now-1hours', '-o', 'JobID'])
+    conf = as_login(['scontrol', 'show', 'config'])
+    age = [line.split('=', 1)[1].strip() for line in conf.stdout.splitlines() if line.startswith('MinJobAge')]
+    return proc.returncode == 0 and age and age[0].split()[0].isdigit() and int(age[0].split()[0]) <= 60
+
+
+@pytest.mark.skipif(not accounting_works(), reason='no accounting (slurmdbd) on this cluster, or MinJobAge over 60 s')
+def test_a_job_slurmctld_forgot_is_read_from_accounting(work):
+    """After MinJobAge, slurmctld forgets an ended job; slurm_job_info finds it in accounting by id and by name, and
+    a new submission under the name says how the last job ended, before it submits (from sacct too)."""
+    name = work.name('acct')
+    args = dict(name=name, script=work.script('fail.sbatch', 'echo failing; exit 3\n'))
+    (first,), unused_proc = work.play([job(wait=True, wait_condition=['COMPLETED'], **args)])
+    assert first.get('failed') and first.get('state') == 'FAILED', first
+    job_id = first['job_id']
+
+    def forgotten():
+        return as_login(['scontrol', 'show', 'job', job_id]).returncode != 0
+    work.wait_for(forgotten, 240, 'slurmctld forgetting job %s (MinJobAge)' % job_id)
+
+    results, unused_proc = work.play([info(job_ids=[job_id]), info(name=name, details=False)])
+    by_id, by_name = results
+    assert by_id['missing'] == [] and by_id['accounting_calls'] == 1, by_id
+    (row,) = by_id['jobs']
+    assert row['source'] == 'accounting' and row['state'] == 'FAILED' and row['exit_code'] == '3:0', row
+    assert row['end_time'] and row['elapsed'] and row['nodes'], row
+    assert [j['job_id'] for j in by_name['jobs']] == [job_id] and by_name['jobs'][0]['source'] == 'accounting'
+
+    (again,), proc = work.play([job(**args)])
+    assert again['changed'] and again['job_id'] != job_id, again
+    assert again['previous']['job_id'] == job_id and again['previous']['source'] == 'accounting', again
+    assert again['previous']['why'].startswith('FAILED: it exited with code 3'), again['previous']
+    assert 'the last %s job, %s, ended FAILED' % (name, job_id) in proc.stdout + proc.stderr

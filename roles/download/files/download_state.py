@@ -1,18 +1,67 @@
 """Report, as JSON on stdout, what the download job still has to do.
 
-Usage: download_state.py MODEL_DIR IMAGE
+Usage: download_state.py MODEL_DIR IMAGE REPO [REVISION]
 
-Read-only. The weights are complete when config.json is there, every file named in
-model.safetensors.index.json's weight_map is there (or model.safetensors when there is no index), and no
-".incomplete" file is left anywhere under MODEL_DIR (hf download's partial files). Also reports the bytes already
+Read-only. The weights are complete when the download job's completion record MODEL_DIR/.glm-serve-complete.json
+is there (download.sbatch writes it only after `hf download` exited 0, and removes it before it starts) for REPO
+and REVISION, and the files are still there: config.json, every file named in model.safetensors.index.json's
+weight_map (or model.safetensors when there is no index), and no ".incomplete" file under MODEL_DIR (hf
+download's partial files). Files that merely look whole (every shard, but a download stopped before
+tokenizer.json) are not complete without the record; nor is a tree an older version of the download job left:
+the next download resumes it, and hf skips the files already there. The image counts when it is a whole squashfs
+(its superblock: the magic, version 4, and no more bytes used than the file has; what `unsquashfs -s` and Pyxis
+need): an image cut short by a failed save is saved again by the next download job. Also reports the bytes already
 present (model dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
 """
 
 import json
 import os
+import struct
 import sys
 
 LIST_MAX = 20
+RECORD = ".glm-serve-complete.json"
+
+
+def read_record(model_dir, repo, revision):
+    """(record or None, why it does not count or "")."""
+    path = os.path.join(model_dir, RECORD)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except FileNotFoundError:
+        return None, "no completion record (the last download did not finish, or an older version of the job made it)"
+    except (OSError, ValueError) as exc:
+        return None, "the completion record %s is unreadable (%s)" % (path, exc)
+    if not isinstance(record, dict):
+        return None, "the completion record %s is not a JSON object" % path
+    if record.get("repo") != repo:
+        return None, "the completion record is for %s, not %s" % (record.get("repo"), repo)
+    if (record.get("revision") or "") != (revision or ""):
+        return None, "the completion record is for revision %r, not %r" % (record.get("revision") or "default", revision or "default")
+    return record, ""
+
+
+def image_problem(path):
+    """What is wrong with the squashfs image at PATH, or "" when it is whole (squashfs 4 superblock: magic "hsqs",
+    s_major at byte 28, bytes_used at byte 40, little-endian)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(96)
+            size = os.fstat(handle.fileno()).st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return "unreadable (%s)" % exc
+    if len(head) < 48 or head[:4] != b"hsqs":
+        return "not a squashfs image (no superblock)"
+    major = struct.unpack_from("<H", head, 28)[0]
+    used = struct.unpack_from("<Q", head, 40)[0]
+    if major != 4:
+        return "a squashfs of version %d, not 4" % major
+    if used > size:
+        return "truncated: %d bytes of the %d its superblock says (a save that failed)" % (size, used)
+    return ""
 
 
 def nearest_existing(path):
@@ -25,11 +74,15 @@ def nearest_existing(path):
     return path
 
 
-def main(model_dir, image):
+def main(model_dir, image, repo, revision=""):
+    record, record_why = read_record(model_dir, repo, revision)
     state = {
+        "record": record,
+        "record_why": record_why,
         "model_dir": model_dir,
         "image": image,
-        "image_present": os.path.isfile(image),
+        "image_present": False,
+        "image_problem": "",
         "config_present": os.path.isfile(os.path.join(model_dir, "config.json")),
         "index_present": False,
         "index_error": "",
@@ -42,6 +95,8 @@ def main(model_dir, image):
     }
     if os.path.isfile(image):
         state["present_bytes"] += os.path.getsize(image)
+        state["image_problem"] = image_problem(image)
+        state["image_present"] = not state["image_problem"]
 
     index_path = os.path.join(model_dir, "model.safetensors.index.json")
     wanted = set()
@@ -77,13 +132,20 @@ def main(model_dir, image):
     stats = os.statvfs(nearest_existing(model_dir))
     state["free_bytes"] = stats.f_bavail * stats.f_frsize
 
-    state["weights_complete"] = bool(
-        state["config_present"]
-        and wanted
-        and not state["index_error"]
-        and not missing
-        and not incomplete
-    )
+    files_whole = bool(state["config_present"] and wanted and not state["index_error"] and not missing and not incomplete)
+    state["weights_complete"] = bool(record) and files_whole
+    if state["weights_complete"]:
+        state["why"] = ""
+    elif record_why and files_whole:
+        state["why"] = record_why + ": the download runs again and hf skips the files already there"
+    elif record_why:
+        state["why"] = record_why
+    else:
+        state["why"] = "files of the recorded download are gone: %d weight files missing, %d partial" % (
+            len(missing), len(incomplete))
+    if state["image_problem"]:
+        state["why"] = "; ".join(w for w in (state["why"], "the image %s is broken: %s; it is saved again" % (
+            image, state["image_problem"])) if w)
     state["complete"] = state["weights_complete"] and state["image_present"]
     json.dump(state, sys.stdout)
     sys.stdout.write("\n")
@@ -91,7 +153,7 @@ def main(model_dir, image):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.stderr.write("usage: download_state.py MODEL_DIR IMAGE\n")
+    if len(sys.argv) not in (4, 5):
+        sys.stderr.write("usage: download_state.py MODEL_DIR IMAGE REPO [REVISION]\n")
         sys.exit(2)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))

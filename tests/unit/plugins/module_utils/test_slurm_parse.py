@@ -217,6 +217,31 @@ def test_tail_lines():
     assert sp.tail_lines('x' * 500, 1, max_line=10) == ['x' * 10 + '...']
 
 
+# -- sacct (Slurm 24.11.5 with slurmdbd, captured: fixtures/sacct-trixie-*.txt) -----------------------------------
+
+_CAPTURED_FIELDS = ('JobID', 'JobName', 'State', 'ExitCode', 'DerivedExitCode', 'Reason', 'Restarts', 'Submit', 'Start',
+                    'End', 'Elapsed', 'Timelimit', 'NodeList')
+
+
+@pytest.mark.parametrize('name, state, exit_code, elapsed, extra', [
+    ('completed', 'COMPLETED', '0:0', '00:00:00', {}),
+    ('failed', 'FAILED', '3:0', '00:00:00', {}),
+    ('cancelled', 'CANCELLED', '0:0', '00:00:03', {'cancelled_by': '1000'}),
+    ('timeout', 'TIMEOUT', '0:0', '00:01:21', {'time_limit': '00:01:00'}),
+])
+def test_parse_sacct_of_real_output(name, state, exit_code, elapsed, extra):
+    """The captured lines (with a header, and the batch step, which is skipped) in the capture's field order."""
+    with open(os.path.join(FIXTURES, 'sacct-trixie-%s.txt' % name)) as handle:
+        jobs = sp.parse_sacct(handle.read(), fields=_CAPTURED_FIELDS)
+    assert len(jobs) == 1, jobs
+    job = jobs[0]
+    assert job['state'] == state and job['exit_code'] == exit_code and job['elapsed'] == elapsed
+    assert job['nodes'] == 'node1' and job['source'] == 'accounting' and job['reason'] is None
+    assert job['name'] == 'cap-' + name and job['end_time'].startswith('2026-12-01T23:4')
+    for key, value in extra.items():
+        assert job[key] == value, (key, job)
+
+
 # Output of newer Slurm, captured in the Debian roots of tests/cluster (fixtures/capture-release.sh):
 # trixie = Slurm 24.11.5, sid = Slurm 26.05.5.
 @pytest.mark.parametrize('release', ['trixie', 'sid'])

@@ -75,7 +75,9 @@ class Slurm:
 
     def __init__(self, version='slurm-wlm 22.05.8\n'):
         self.calls = []
-        self.rules = [(['/usr/bin/squeue', '--version'], (0, version, ''))]
+        # a site without accounting unless a test says otherwise (sacct's own message and rc)
+        self.rules = [(['/usr/bin/squeue', '--version'], (0, version, '')),
+                      (['/usr/bin/sacct'], (1, '', 'Slurm accounting storage is disabled\n'))]
 
     def on(self, argv, rc=0, out='', err=''):
         self.rules.insert(0, (argv, (rc, out, err)))
@@ -94,11 +96,15 @@ class Slurm:
 
 @pytest.fixture
 def run(monkeypatch, tmp_path):
+    warnings = []
+
     def exit_json(module, **kwargs):
-        raise ExitJson(kwargs)
+        raise ExitJson(dict(kwargs, warnings=list(warnings)) if warnings else kwargs)
 
     def fail_json(module, **kwargs):
         raise FailJson(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda module, msg: warnings.append(msg))
 
     monkeypatch.setattr(basic.AnsibleModule, 'exit_json', exit_json)
     monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
@@ -178,6 +184,23 @@ def test_live_job_is_idempotent(run):
     assert ok and result['changed'] is False and result['submitted'] is False
     assert result['job_id'] == '4124' and result['nodes'] == 'node1'
     assert slurm.argvs('sbatch') == [] and slurm.argvs('scancel') == []
+
+
+@pytest.mark.parametrize('restarts, check, updated', [(1, False, True), (0, False, False), (1, True, False)])
+def test_a_requeued_job_held_for_its_begin_time_is_started_now_when_adopted(run, restarts, check, updated):
+    """Slurm holds a requeued job (its node failed) until a begin time ~2 min ahead: adopting it, the module sets that
+    to now. A job held by the --begin its user gave (never requeued) is left alone; check mode only says so."""
+    held = scontrol('4124', 'PENDING', reason='BeginTime').replace('Restarts=0', 'Restarts=%d' % restarts)
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'PENDING', reason='BeginTime')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=held).on(['/usr/bin/scontrol', 'update'])
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, slurm, check_mode=check)
+    assert ok and result['submitted'] is False and result['job_id'] == '4124'
+    updates = [a for a in slurm.argvs('scontrol') if a[1] == 'update']
+    assert updates == ([['/usr/bin/scontrol', 'update', 'JobId=4124', 'StartTime=now']] if updated else []), updates
+    assert result['changed'] is bool(restarts)
+    if restarts:
+        assert 'was requeued by Slurm (restarts 1' in result['warnings'][0], result.get('warnings')
+    assert slurm.argvs('sbatch') == []
 
 
 def test_check_mode_submits_nothing(run):
@@ -321,6 +344,17 @@ def test_transient_lookup_error_is_retried(run, monkeypatch):
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, call)
     assert ok and result['job_id'] == '5'
     assert len([a for a in slurm.argvs('squeue') if '-n' in a]) == 2  # the lookup, retried (the lock held: no duplicate check)
+    # and it says so: what it waited for, how long, and the bound
+    assert any('the Slurm controller did not answer' in w and 'Unable to contact slurm controller' in w
+               and 'retry_timeout=120' in w for w in result.get('warnings', [])), result.get('warnings')
+
+
+def test_an_outage_longer_than_retry_timeout_fails_naming_the_bound(run):
+    down = (1, '', fixture('squeue_down.stderr'))
+    call = squeue_answers(Slurm(), [down] * 3)     # retry_timeout 1 s: asked at 0 s and after 1 s of sleep
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script, 'retry_timeout': 1}, call)
+    assert not ok and 'Unable to contact slurm controller' in result['msg'], result
+    assert 'retried for 1 s, retry_timeout=1' in result['msg'], result['msg']
 
 
 def test_info_by_name(run):
@@ -753,6 +787,8 @@ def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1',
             return 0, '', ''
         if argv[:2] == ['/usr/bin/squeue', '--version']:
             return 0, 'slurm-wlm 22.05.8\n', ''
+        if argv[0] == '/usr/bin/sacct':
+            return 1, '', 'Slurm accounting storage is disabled\n'
         raise AssertionError('unexpected command %r' % (argv,))
     params = {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 60, 'sbatch_args': list(extra),
               'bad_nodes': {'file': str(listing), 'pattern': BAD_PATTERN, 'nodes': list(nodes), 'retries': retries}}
@@ -803,3 +839,90 @@ def test_a_failure_that_is_not_the_nodes_is_reported_as_it_is(run, tmp_path, mon
         ('node1', 'FAILED', 'Traceback (most recent call last):\nValueError: bad config\n')])
     assert not ok and len(submitted) == 1 and saved == {} and 'bad_nodes' not in result
     assert 'ValueError: bad config' in result['msg']
+
+
+# -- accounting (sacct): jobs slurmctld forgot ------------------------------------------------------------------
+
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', 'module_utils', 'fixtures')
+SACCT = ['/usr/bin/sacct', '--parsable2', '--noheader', '-X']
+
+
+def sacct_line(job_id, name, state, exit_code='0:0', elapsed='00:01:21', limit='00:01:00', end='2026-12-01T23:47:22',
+               reason='None'):
+    """One line of sacct --parsable2 --noheader -X in SACCT_FIELDS' order, as 24.11 prints it (see the fixtures)."""
+    return '|'.join([job_id, name, 'glmuser', state, exit_code, reason, '0', '2026-12-01T23:46:01',
+                     '2026-12-01T23:46:01', end, elapsed, limit, 'node1', 'compute-h100', '/home/glmuser/glm']) + '\n'
+
+
+def test_info_finds_a_purged_job_id_in_accounting(run):
+    slurm = Slurm().on(['/usr/bin/squeue', '--local'], out='').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1, err='slurm_load_jobs error: Invalid job id specified\n').on(
+        SACCT, out=sacct_line('4124', 'glm-serve', 'TIMEOUT', elapsed='08:00:13', limit='08:00:00'))
+    ok, result = run(slurm_job_info, {'job_ids': ['4124']}, slurm)
+    assert ok and result['missing'] == []
+    job = result['jobs'][0]
+    assert job['state'] == 'TIMEOUT' and job['source'] == 'accounting' and job['elapsed'] == '08:00:13'
+    assert job['end_time'] == '2026-12-01T23:47:22' and job['exit_code'] == '0:0' and job['live'] is False
+    assert result['accounting_calls'] == 1
+    assert slurm.argvs('sacct')[0][-1] == '--jobs=4124'
+
+
+def test_info_without_accounting_works_as_before(run):
+    slurm = Slurm().on(['/usr/bin/squeue', '--local'], out='').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1, err='slurm_load_jobs error: Invalid job id specified\n')
+    ok, result = run(slurm_job_info, {'job_ids': ['4124']}, slurm)     # sacct: "accounting storage is disabled"
+    assert ok and result['missing'] == ['4124'] and result['jobs'] == []
+    ok, result = run(slurm_job_info, {'job_ids': ['4124'], 'accounting': False}, slurm)
+    assert ok and result['missing'] == ['4124'] and result['accounting_calls'] == 0
+
+
+def test_info_by_name_adds_the_newest_ended_jobs_from_accounting_not_live_listings(run):
+    lines = ''.join(sacct_line(str(4100 + i), 'glm-serve', 'CANCELLED by 1001') for i in range(7))
+    slurm = Slurm().on(['/usr/bin/squeue', '--local'], out=squeue_row('4124', 'RUNNING', nodes='node1')).on(SACCT, out=lines)
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False}, slurm)
+    ids = [j['job_id'] for j in result['jobs']]
+    assert ids == ['4102', '4103', '4104', '4105', '4106', '4124'], ids          # 5 from accounting, oldest first
+    assert [j['source'] for j in result['jobs']] == ['accounting'] * 5 + ['slurmctld']
+    assert result['jobs'][0]['state'] == 'CANCELLED'
+    argv = slurm.argvs('sacct')[0]
+    assert '--name=glm-serve' in argv and '--user=glmuser' in argv and '--starttime=now-7days' in argv
+    ok, result = run(slurm_job_info, {'name': 'glm-serve', 'details': False, 'live': True}, slurm)
+    assert [j['job_id'] for j in result['jobs']] == ['4124'] and result['accounting_calls'] == 0
+
+
+@pytest.mark.parametrize('state, why', [
+    ('TIMEOUT', 'TIMEOUT: it reached its time limit (--time 00:01:00) at 2026-12-01T23:47:22 after 00:01:21'),
+    ('NODE_FAIL', 'NODE_FAIL: its node failed'),
+    ('OUT_OF_MEMORY', 'OUT_OF_MEMORY: it used more host memory than it asked for (--mem)'),
+    ('CANCELLED by 1001', 'CANCELLED: it was cancelled by uid 1001'),
+])
+def test_a_deploy_says_how_the_last_job_ended_before_it_submits(run, tmp_path, monkeypatch, state, why):
+    """The submit record names job 4124; slurmctld forgot it (MinJobAge); sacct knows how it ended: the module says
+    so in a warning and in ``previous`` before it submits the new job."""
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4124", "sha256": "x"}')
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1,
+                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(
+        SACCT, out=sacct_line('4124', 'glm-serve', state)).on(['/usr/bin/sbatch'], out='4125\n')
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script)}, slurm)
+    assert ok and result['job_id'] == '4125'
+    assert result['previous']['job_id'] == '4124' and result['previous']['source'] == 'accounting'
+    assert result['previous']['why'].startswith(why), result['previous']['why']
+    said = [w for w in warnings if 'the last glm-serve job, 4124, ended' in w]
+    assert said and why in said[0] and said[0].endswith('a new one is submitted'), warnings
+    assert len(slurm.argvs('sacct')) == 1 and len([a for a in slurm.argvs('scontrol') if '4124' in a]) == 1
+
+
+def test_a_deploy_without_accounting_submits_as_before_and_says_nothing(run, tmp_path, monkeypatch):
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4124", "sha256": "x"}')
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1,
+                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n')
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script)}, slurm)
+    assert ok and result['job_id'] == '4125' and 'previous' not in result and warnings == []

@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""roles/download/files/download_state.py: complete means the download job's record of `hf download` exiting 0."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'download', 'files', 'download_state.py')
+REPO = 'zai-org/GLM-5.3-Flash'
+SHARDS = ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']
+
+
+def squashfs(size, used=None, major=4):
+    """The bytes of a squashfs 4 image of SIZE bytes whose superblock says it uses USED (default: all of them)."""
+    head = bytearray(b'hsqs' + b'\0' * 92)
+    struct.pack_into('<H', head, 28, major)
+    struct.pack_into('<Q', head, 40, size if used is None else used)
+    return bytes(head) + b'\0' * (size - len(head))
+
+
+def state(model, image, *extra):
+    out = subprocess.check_output([sys.executable, SCRIPT, str(model), str(image)] + list(extra))
+    return json.loads(out.decode('utf-8'))
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """Every file a check of the weights looks at: config, index, shards (tokenizer.json is missing)."""
+    model = tmp_path / 'GLM-5.3-Flash'
+    model.mkdir()
+    (model / 'config.json').write_text(u'{}')
+    (model / 'model.safetensors.index.json').write_text(json.dumps({'weight_map': {'a': SHARDS[0], 'b': SHARDS[1]}}))
+    for name in SHARDS:
+        (model / name).write_bytes(b'x' * 10)
+    image = tmp_path / 'sglang.sqsh'
+    image.write_bytes(squashfs(4096))
+    return model, image
+
+
+def record(model, **fields):
+    data = dict(repo=REPO, revision='', commit='a' * 40, completed=1, job_id='7')
+    data.update(fields)
+    (model / '.glm-serve-complete.json').write_text(json.dumps(data))
+
+
+def test_files_that_look_whole_without_the_record_are_not_complete(tree):
+    model, image = tree
+    got = state(model, image, REPO)
+    assert got['missing_count'] == 0 and got['incomplete_count'] == 0 and got['config_present']
+    assert not got['weights_complete'] and not got['complete']
+    assert 'no completion record' in got['why'] and 'skips the files already there' in got['why']
+
+
+def test_the_record_of_the_same_repo_and_revision_makes_it_complete(tree):
+    model, image = tree
+    record(model)
+    got = state(model, image, REPO)
+    assert got['weights_complete'] and got['complete'] and got['why'] == ''
+    assert got['record']['commit'] == 'a' * 40
+
+
+@pytest.mark.parametrize('fields, args, words', [
+    ({'repo': 'other/model'}, [REPO], 'is for other/model'),
+    ({'revision': 'v1'}, [REPO, 'v2'], "revision 'v1', not 'v2'"),
+    ({}, [REPO, 'v2'], "revision 'default', not 'v2'"),
+])
+def test_a_record_of_another_repo_or_revision_does_not_count(tree, fields, args, words):
+    model, image = tree
+    record(model, **fields)
+    got = state(model, image, *args)
+    assert not got['weights_complete'] and words in got['why'], got['why']
+
+
+def test_a_recorded_download_whose_files_went_is_not_complete(tree):
+    model, image = tree
+    record(model)
+    os.unlink(str(model / SHARDS[1]))
+    partial = model / '.cache' / 'huggingface' / 'download'
+    partial.mkdir(parents=True)
+    (partial / 'tokenizer.json.incomplete').write_bytes(b'')
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and got['missing'] == [SHARDS[1]] and got['incomplete_count'] == 1
+    assert '1 weight files missing, 1 partial' in got['why']
+
+
+def test_an_unreadable_record_is_named(tree):
+    model, image = tree
+    (model / '.glm-serve-complete.json').write_text(u'{not json')
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and 'unreadable' in got['why']
+
+
+def test_usage_error_without_the_repository(tree):
+    model, image = tree
+    proc = subprocess.run([sys.executable, SCRIPT, str(model), str(image)], stderr=subprocess.PIPE, check=False)
+    assert proc.returncode == 2 and b'REPO' in proc.stderr
+
+
+def test_an_image_cut_short_by_a_failed_save_is_not_taken(tree):
+    """Pyxis exports after the step and srun exits 0 when that fails, leaving part of a file: the superblock is
+    there, the bytes it counts are not. The next download job saves the image again."""
+    model, image = tree
+    record(model)
+    image.write_bytes(squashfs(4096)[:2048])
+    got = state(model, image, REPO)
+    assert got['weights_complete'] and not got['image_present'] and not got['complete']
+    assert got['image_problem'].startswith('truncated: 2048 bytes of the 4096'), got
+    assert 'is broken: truncated' in got['why'] and 'saved again' in got['why']
+
+
+@pytest.mark.parametrize('content, problem', [
+    (b'pyxis stand-in: a text file', 'not a squashfs image'),
+    (squashfs(4096, major=3), 'version 3'),
+])
+def test_a_file_that_is_no_squashfs_is_not_an_image(tree, content, problem):
+    model, image = tree
+    record(model)
+    image.write_bytes(content)
+    got = state(model, image, REPO)
+    assert not got['image_present'] and problem in got['image_problem'] and not got['complete']
