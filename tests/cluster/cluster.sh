@@ -226,8 +226,15 @@ EOF
   # (ENROOT_MOUNT_HOME, off in enroot's shipped config); the container's own filesystem is writable
   # (ENROOT_ROOTFS_WRITABLE=yes), so a write to a path not mounted succeeds and is lost with the container, the case
   # that loses a download silently. GLM_PYXIS_ROOTFS_WRITABLE=0 gives enroot's shipped default (writes there fail).
-  printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control stash=%s/run/pyxis-stash mount_home=%s rootfs_writable=%s\n' \
-    "$D" "$D" "$D" "$D" "${GLM_PYXIS_MOUNT_HOME:-0}" "${GLM_PYXIS_ROOTFS_WRITABLE:-1}" |
+  # The stand-in hides the user-writable trees (/home, /tmp, ...); a root's login home is elsewhere
+  # (/var/lib/glm-roots/RELEASE/home/glmuser): hide its folder too.
+  local hide=
+  case $LOGIN_HOME in
+    /home/*) ;;
+    *) hide=" hide=/home:/root:/tmp:/var/tmp:/dev/shm:/mnt:/srv:/media:/scratch:/data:${LOGIN_HOME%/*}" ;;
+  esac
+  printf 'required %s/lib/pyxis_standin.so standins=%s/standins control=%s/control stash=%s/run/pyxis-stash mount_home=%s rootfs_writable=%s%s\n' \
+    "$D" "$D" "$D" "$D" "${GLM_PYXIS_MOUNT_HOME:-0}" "${GLM_PYXIS_ROOTFS_WRITABLE:-1}" "$hide" |
     write_if_changed "$D/etc/plugstack.conf"
   # slurmd 24.11 and later initialise a cgroup plugin even with proctrack/linuxproc, and a root has no cgroup
   # mount: "disabled" exists from 24.05 (22.05 on the host needs no cgroup.conf)
@@ -810,28 +817,35 @@ root_ns_pid() {
   [[ $(tr '\0' ' ' <"/proc/$upid/cmdline" 2>/dev/null) == unshare* ]] || return 1
   pid=$(awk '{print $1}' "/proc/$upid/task/$upid/children" 2>/dev/null)
   [ -n "$pid" ] && alive "$pid" || return 1
-  [ "$(readlink "/proc/$pid/root")" = "$ROOT" ] || return 1
+  # PID 1 of this root: its name (exec -a) and the root it sees
+  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == "glm-root-$RELEASE "* ]] || return 1
+  [ -e "/proc/$pid/root/.glm-debootstrap-done" ] || return 1
   printf '%s\n' "$pid"
 }
 
 start_ns() {
   root_ns_pid >/dev/null && return 0
   install -d -m 0755 "$ROOTS_RUN" "$ROOTS_CACHE/$RELEASE/apt"
-  install -d -m 0755 "$ROOT$ROOT"
+  install -d -m 0755 "$ROOT$ROOT" "$ROOT/.glm-oldroot"
   ip link del "$ROOT_VETH" 2>/dev/null || true
-  # PID 1 of the root: mounts, then chroot and reap (bash reaps any child it gets)
+  # PID 1 of the root: mounts, then pivot_root into the root and reap (bash reaps any child it gets). pivot_root,
+  # not chroot: in a chroot the kernel refuses new user namespaces (EPERM), which the Pyxis stand-in makes per task.
   # shellcheck disable=SC2016  # expanded by the holder's shell
   setsid unshare --mount --uts --ipc --pid --net --fork --kill-child --propagation private -- /bin/bash -c '
     set -e
     R=$1 C=$2
     hostname "glm-$3"
+    mount --bind "$R" "$R"
     mount -t proc proc "$R/proc"
     mount --rbind /dev "$R/dev"
     mount -t sysfs sysfs "$R/sys"
     mount -t tmpfs -o mode=0755 tmpfs "$R/run"
     mount --bind "$R" "$R$R"
     mount --bind "$C" "$R/var/cache/apt/archives"
-    exec chroot "$R" /bin/bash -c "trap \"exit 0\" TERM; while :; do sleep 3600 & wait \$!; done"
+    cd "$R"
+    pivot_root . .glm-oldroot
+    umount -l /.glm-oldroot
+    exec -a "glm-root-$3" /bin/bash -c "trap \"exit 0\" TERM; while :; do sleep 3600 & wait \$!; done"
   ' glm-root "$ROOT" "$ROOTS_CACHE/$RELEASE/apt" "$RELEASE" </dev/null >/dev/null 2>&1 &
   echo $! >"$ROOTS_RUN/$RELEASE.pid"
   disown
