@@ -61,6 +61,8 @@ capture() {
 
 for rel in "${RELEASES[@]}"; do
   export GLM_CLUSTER_RELEASE=$rel
+  # a fresh start, with this run's configuration (MinJobAge), and a start time measured from down
+  "$CLUSTER" stop >/dev/null 2>&1
   if stage "$rel" install "$CLUSTER" install && stage "$rel" start "$CLUSTER" start; then
     stage "$rel" smoke "$CLUSTER" smoke
     stage "$rel" slurm_job "$PYTEST" -p no:cacheprovider -v tests/integration/test_slurm_job_live.py
