@@ -42,22 +42,23 @@ export PATH=$cache/bin:$PATH
 export PYTHONDONTWRITEBYTECODE=1
 unset ANSIBLE_COLLECTIONS_PATH ANSIBLE_CONFIG
 
-works() { "$1" -c 'import sys, venv, ensurepip' >/dev/null 2>&1; }
+# Prints the interpreter's own path (through a pyenv shim too) when it has venv and ensurepip.
+works() { "$1" -c 'import sys, venv, ensurepip; print(sys.executable)' 2>/dev/null; }
 
 find_python() {  # X.Y -> prints a working interpreter's path, or nothing
   local want=$1 cand
   cand=$(command -v "python$want" 2>/dev/null || true)
-  if [ -n "$cand" ] && works "$cand"; then readlink -f "$cand"; return; fi
+  if [ -n "$cand" ] && works "$cand"; then return; fi
   local root=${PYENV_ROOT:-$HOME/.pyenv}
   while IFS= read -r cand; do
-    if works "$cand"; then echo "$cand"; return; fi
+    if works "$cand"; then return; fi
   done < <(find "$root/versions" -mindepth 3 -maxdepth 3 -path "$root/versions/$want.*/bin/python$want" 2>/dev/null | sort -V -r)
   if command -v uv >/dev/null; then
     cand=$(uv python find "$want" 2>/dev/null || true)
     if [ -z "$cand" ] && uv python install "$want" >/dev/null 2>&1; then
       cand=$(uv python find "$want" 2>/dev/null || true)
     fi
-    if [ -n "$cand" ] && works "$cand"; then echo "$cand"; return; fi
+    if [ -n "$cand" ] && works "$cand"; then return; fi
   fi
 }
 
@@ -80,6 +81,37 @@ PY
   done
 }
 
+# Requirements ansible-test pins to a URL (a host this machine cannot reach): replaced by the release named in
+# ansible-matrix-pins.txt for this ansible-core release, else their sanity test is skipped. Sets $repins (what was
+# replaced, for the table) and $skip_args/$skip_notes (tests to skip, and why).
+repin_sanity() {  # release venv
+  local release=$1 dir file name line test pin
+  dir=$("$2/bin/python" -c 'import ansible_test, os; print(os.path.join(os.path.dirname(ansible_test.__file__), "_data", "requirements"))')
+  repins='' skip_args=() skip_notes=''
+  for file in "$dir"/sanity.*.txt; do
+    test=${file##*/sanity.}; test=${test%.txt}
+    while IFS= read -r line; do
+      line=${line#*# ansible-matrix replaced: }   # a line replaced by an earlier run keeps the original after this
+      name=${line%% @ *}
+      pin=$(awk -v r="$release" -v n="$name" '$1 == r && $2 == n { print $3 }' tests/tooling/ansible-matrix-pins.txt)
+      if [ -n "$pin" ]; then
+        "$2/bin/python" - "$file" "$name" "$pin" <<'PY'
+import sys
+path, name, pin = sys.argv[1:]
+with open(path) as f:
+    lines = f.readlines()
+with open(path, 'w') as f:
+    f.writelines('%s  # ansible-matrix replaced: %s\n' % (pin, l.strip()) if l.startswith(name + ' @ ') else l for l in lines)
+PY
+        repins+="${repins:+; }$test: $pin from PyPI for ansible-test's URL pin (ansible-matrix-pins.txt)"
+      else
+        skip_args+=(--skip-test "$test")
+        skip_notes+="${skip_notes:+; }$test skipped: ansible-test pins ${line%%#*}, a host this machine cannot reach"
+      fi
+    done < <(grep -E '^[A-Za-z0-9_.-]+ @ [a-z+]+://|# ansible-matrix replaced: ' "$file" || true)
+  done
+}
+
 # A sanity test ansible-test skips is named on a "WARNING: Skipping sanity test 'NAME' ..." line.
 sanity_skips() {  # log
   { grep -oE "WARNING: Skipping sanity test '[^']+'[^.]*" "$1" || true; } |
@@ -90,12 +122,18 @@ run_stage() {  # release python stage copy log
   local release=$1 py=$2 stage=$3 copy=$4 log=$5 start rc=0 note=''
   start=$SECONDS
   echo "=== ansible-core $release, Python $py: $stage (log: $log)"
-  (cd "$copy" && "$venv/bin/ansible-test" "$stage" --venv --python "$py" --color no) > "$log" 2>&1 || rc=$?
+  local extra=()
+  if [ "$stage" = sanity ]; then extra=("${skip_args[@]}"); fi
+  (cd "$copy" && "$venv/bin/ansible-test" "$stage" --venv --python "$py" --color no "${extra[@]}") > "$log" 2>&1 || rc=$?
   tail -n 5 "$log"
-  if [ "$stage" = sanity ]; then note=$(sanity_skips "$log"); fi
+  if [ "$stage" = sanity ]; then
+    note=$(sanity_skips "$log")
+    note=${note:+skipped by ansible-test: $note}
+    note+="${skip_notes:+${note:+; }$skip_notes}"
+  fi
   if [ "$rc" -eq 0 ]; then
-    if [ -n "$note" ]; then record "$release" "$py" "$stage" 'pass*' $((SECONDS - start)) "skipped by ansible-test: $note"
-    else record "$release" "$py" "$stage" pass $((SECONDS - start)) ''; fi
+    if [ -n "$note" ]; then record "$release" "$py" "$stage" 'pass*' $((SECONDS - start)) "$note${repins:+; $repins}"
+    else record "$release" "$py" "$stage" pass $((SECONDS - start)) "$repins"; fi
   else
     note=$({ grep -E '^ERROR: ' "$log" || true; } | head -n 3 | paste -sd ';' -)
     record "$release" "$py" "$stage" FAIL $((SECONDS - start)) "${note:-exit $rc, see $log}"
@@ -151,6 +189,7 @@ while read -r release rest; do
       made="new venv: ansible-core $release on $interp"
     fi
     install_get_pip "$venv"
+    repin_sanity "$release" "$venv"
     record "$release" "$py" setup pass $((SECONDS - start)) "$made"
     copy=$copies/$cell/ansible_collections/glm/serve
     tests/tooling/copy-collection.sh "$copy" >/dev/null
