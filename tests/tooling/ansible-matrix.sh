@@ -42,8 +42,8 @@ export PATH=$cache/bin:$PATH
 export PYTHONDONTWRITEBYTECODE=1
 unset ANSIBLE_COLLECTIONS_PATH ANSIBLE_CONFIG
 
-# Prints the interpreter's own path (through a pyenv shim too) when it has venv and ensurepip.
-works() { "$1" -c 'import sys, venv, ensurepip; print(sys.executable)' 2>/dev/null; }
+# Prints the interpreter's own path (through a pyenv shim or a link too) when it has venv and ensurepip.
+works() { "$1" -c 'import os, sys, venv, ensurepip; print(os.path.realpath(sys.executable))' 2>/dev/null; }
 
 find_python() {  # X.Y -> prints a working interpreter's path, or nothing
   local want=$1 cand
@@ -164,6 +164,7 @@ while read -r release rest; do
     if ! selected "$release" "$py" "$first" "$subset"; then first=0; continue; fi
     first=0
     cell=$release-py$py
+    rm -f "$cache/bin/python$py"   # the link an earlier run made, not a place to look
     interp=$(find_python "$py")
     if [ -z "$interp" ]; then
       for stage in sanity units; do
