@@ -67,7 +67,7 @@ test-ansible: ## sanity and units on every claimed ansible-core release x Python
 	tests/tooling/ansible-matrix.sh
 
 test-ansible-ci: ## the same on the oldest and the newest claimed release (part of make test)
-	tests/tooling/ansible-matrix.sh --ci
+	tests/tooling/ansible-matrix.sh --ci --jobs 2
 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
 	tests/sglang_cli/setup.sh

@@ -3,9 +3,10 @@
 # Pythons it supports (tests/tooling/ansible-matrix.txt), then a table: release x Python x stage, pass, fail or
 # skipped (with the reason), and seconds.
 #
-# Usage: tests/tooling/ansible-matrix.sh [--ci] [--only RELEASE[/PYTHON]]...
+# Usage: tests/tooling/ansible-matrix.sh [--ci] [--only RELEASE[/PYTHON]]... [--jobs N]
 #   --ci    only the lines marked "ci" in ansible-matrix.txt, first Python of each (make test-ansible-ci)
 #   --only  only this cell (repeatable), e.g. --only 2.21.5/3.12 or --only 2.20.10
+#   --jobs  cells run side by side (default 1); their seconds then include waiting for the other cell
 # Environment: ANSIBLE_MATRIX_CACHE (default .venv-ansible): the venvs, one a cell, and the logs;
 # ANSIBLE_MATRIX_COPIES (default /tmp/glm-serve-ansible-matrix): the collection copies, outside this git tree
 # (inside it, ansible-test would take the tree's git file list, where the copy is ignored, and test nothing).
@@ -19,11 +20,13 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 
 ci=0
+jobs=1
 only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --ci) ci=1 ;;
     --only) only+=("${2:?--only needs RELEASE[/PYTHON]}"); shift ;;
+    --jobs) jobs=${2:?--jobs needs a number}; shift ;;
     *) echo "ansible-matrix: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -150,68 +153,98 @@ selected() {  # release python first(0/1) subset
   return 1
 }
 
-main() {
-total_start=$SECONDS
-while read -r release rest; do
-  case "$release" in ''|'#'*) continue ;; esac
-  subset=''
-  pythons=()
-  for word in $rest; do
-    case "$word" in ci) subset=ci ;; *) pythons+=("$word") ;; esac
-  done
-  first=1
-  for py in "${pythons[@]}"; do
-    if ! selected "$release" "$py" "$first" "$subset"; then first=0; continue; fi
-    first=0
-    cell=$release-py$py
-    rm -f "$cache/bin/python$py"   # the link an earlier run made, not a place to look
-    interp=$(find_python "$py")
-    if [ -z "$interp" ]; then
+run_cell() {  # release python: setup, sanity, units of one cell
+  local release=$1 py=$2 cell interp start made copy stage
+  cell=$release-py$py
+  interp=$(find_python "$py")
+  if [ -z "$interp" ]; then
+    for stage in sanity units; do
+      record "$release" "$py" "$stage" skipped 0 "no Python $py here (looked on PATH, in pyenv, through uv)"
+    done
+    return 0
+  fi
+  ln -sfn "$interp" "$cache/bin/python$py"
+  # Each cell its own HOME: ansible-test keeps its sanity venvs in ~/.ansible/test, and cells may run side by side.
+  export HOME=$cache/home/$cell
+  mkdir -p "$HOME"
+  venv=$cache/$cell
+  start=$SECONDS
+  made='venv kept from an earlier run'
+  if [ ! -x "$venv/bin/ansible-test" ] || ! "$venv/bin/python" -c "import ansible.release as r; assert r.__version__ == '$release'" 2>/dev/null; then
+    echo "=== ansible-core $release, Python $py: venv $venv"
+    rm -rf "$venv"
+    "$interp" -m venv "$venv"
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "ansible-core==$release" \
+        > "$cache/logs/$cell-venv.log" 2>&1; then
       for stage in sanity units; do
-        record "$release" "$py" "$stage" skipped 0 "no Python $py here (looked on PATH, in pyenv, through uv)"
+        record "$release" "$py" "$stage" FAIL $((SECONDS - start)) "pip install ansible-core==$release failed, see $cache/logs/$cell-venv.log"
       done
-      continue
+      return 0
     fi
-    ln -sfn "$interp" "$cache/bin/python$py"
-    venv=$cache/$cell
-    start=$SECONDS
-    made='venv kept from an earlier run'
-    if [ ! -x "$venv/bin/ansible-test" ] || ! "$venv/bin/python" -c "import ansible.release as r; assert r.__version__ == '$release'" 2>/dev/null; then
-      echo "=== ansible-core $release, Python $py: venv $venv"
-      rm -rf "$venv"
-      "$interp" -m venv "$venv"
-      if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "ansible-core==$release" \
-          > "$cache/logs/$cell-venv.log" 2>&1; then
-        for stage in sanity units; do
-          record "$release" "$py" "$stage" FAIL $((SECONDS - start)) "pip install ansible-core==$release failed, see $cache/logs/$cell-venv.log"
-        done
-        continue
-      fi
-      made="new venv: ansible-core $release on $interp"
-    fi
-    install_get_pip "$venv"
-    repin_sanity "$release" "$venv"
-    record "$release" "$py" setup pass $((SECONDS - start)) "$made"
-    copy=$copies/$cell/ansible_collections/glm/serve
-    tests/tooling/copy-collection.sh "$copy" >/dev/null
-    run_stage "$release" "$py" sanity "$copy" "$cache/logs/$cell-sanity.log"
-    run_stage "$release" "$py" units "$copy" "$cache/logs/$cell-units.log"
-  done
-done < tests/tooling/ansible-matrix.txt
-
-echo
-echo "ansible-core matrix ($(if [ "$ci" -eq 1 ]; then echo 'CI subset'; else echo 'full'; fi); $((SECONDS - total_start)) s in all; venvs and logs in $cache)"
-awk -F '\t' '
-  BEGIN { printf "%-12s %-7s %-7s %-8s %6s  %s\n", "ansible-core", "Python", "stage", "result", "sec", "note"
-          bad = 0 }
-  { printf "%-12s %-7s %-7s %-8s %6s  %s\n", $1, $2, $3, $4, $5, $6
-    if ($3 == "setup") next
-    if ($4 == "FAIL") bad++; else if ($4 == "skipped") skip++; else ok++ }
-  END { printf "%d passed, %d failed, %d skipped\n", ok + 0, bad + 0, skip + 0 }
-' "$results"
-if [ ! -s "$results" ]; then echo "ansible-matrix: no cell selected" >&2; exit 2; fi
-if grep -q $'\tFAIL\t' "$results"; then exit 1; fi
+    made="new venv: ansible-core $release on $interp"
+  fi
+  install_get_pip "$venv"
+  repin_sanity "$release" "$venv"
+  record "$release" "$py" setup pass $((SECONDS - start)) "$made"
+  copy=$copies/$cell/ansible_collections/glm/serve
+  tests/tooling/copy-collection.sh "$copy" >/dev/null
+  run_stage "$release" "$py" sanity "$copy" "$cache/logs/$cell-sanity.log"
+  run_stage "$release" "$py" units "$copy" "$cache/logs/$cell-units.log"
 }
 
-# All in a function, which bash reads whole before running it: the script may be edited while it runs.
+main() {
+  local total_start=$SECONDS release rest subset pythons word first py
+  # Find every Python first (the links in $cache/bin), so that cells running side by side see them all.
+  while read -r release rest; do
+    case "$release" in ''|'#'*) continue ;; esac
+    for word in $rest; do
+      case "$word" in
+        ci) ;;
+        *) if [ ! -e "$cache/bin/python$word.checked" ]; then
+             rm -f "$cache/bin/python$word"   # the link an earlier run made, not a place to look
+             if py=$(find_python "$word") && [ -n "$py" ]; then ln -sfn "$py" "$cache/bin/python$word"; fi
+             touch "$cache/bin/python$word.checked"
+           fi ;;
+      esac
+    done
+  done < tests/tooling/ansible-matrix.txt
+  rm -f "$cache"/bin/*.checked
+
+  while read -r release rest; do
+    case "$release" in ''|'#'*) continue ;; esac
+    subset=''
+    pythons=()
+    for word in $rest; do
+      case "$word" in ci) subset=ci ;; *) pythons+=("$word") ;; esac
+    done
+    first=1
+    for py in "${pythons[@]}"; do
+      if ! selected "$release" "$py" "$first" "$subset"; then first=0; continue; fi
+      first=0
+      if [ "$jobs" -gt 1 ]; then
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+        run_cell "$release" "$py" &
+      else
+        run_cell "$release" "$py"
+      fi
+    done
+  done < tests/tooling/ansible-matrix.txt
+  wait || true
+  if [ ! -s "$results" ]; then echo "ansible-matrix: no cell selected" >&2; exit 2; fi
+
+  echo
+  echo "ansible-core matrix ($(if [ "$ci" -eq 1 ]; then echo 'CI subset'; else echo 'full'; fi), $jobs at a time;" \
+       "$((SECONDS - total_start)) s in all; venvs and logs in $cache)"
+  sort -t $'\t' -k1,1V -k2,2V -s "$results" | awk -F '\t' '
+    BEGIN { printf "%-12s %-7s %-7s %-8s %6s  %s\n", "ansible-core", "Python", "stage", "result", "sec", "note" }
+    { printf "%-12s %-7s %-7s %-8s %6s  %s\n", $1, $2, $3, $4, $5, $6
+      if ($3 == "setup") next
+      if ($4 == "FAIL") bad++; else if ($4 == "skipped") skip++; else ok++ }
+    END { printf "%d passed, %d failed, %d skipped\n", ok + 0, bad + 0, skip + 0 }
+  '
+  if grep -q $'\tFAIL\t' "$results"; then exit 1; fi
+}
+
+# All in functions, which bash reads whole before running them: the script may be edited while it runs.
 main
+exit
