@@ -133,10 +133,11 @@ run_stage() {  # release python stage copy log
     note=$(sanity_skips "$log")
     note=${note:+skipped by ansible-test: $note}
     note+="${skip_notes:+${note:+; }$skip_notes}"
+    note+="${repins:+${note:+; }$repins}"
   fi
   if [ "$rc" -eq 0 ]; then
-    if [ -n "$note" ]; then record "$release" "$py" "$stage" 'pass*' $((SECONDS - start)) "$note${repins:+; $repins}"
-    else record "$release" "$py" "$stage" pass $((SECONDS - start)) "$repins"; fi
+    if [ -n "$note" ] && [ "$note" != "$repins" ]; then record "$release" "$py" "$stage" 'pass*' $((SECONDS - start)) "$note"
+    else record "$release" "$py" "$stage" pass $((SECONDS - start)) "${note:-}"; fi
   else
     note=$({ grep -E '^ERROR: ' "$log" || true; } | head -n 3 | paste -sd ';' -)
     record "$release" "$py" "$stage" FAIL $((SECONDS - start)) "${note:-exit $rc, see $log}"
