@@ -64,7 +64,7 @@ units: test-copy ## ansible-test units
 	cd $(TEST_COPY) && ansible-test units --venv --python $(ANSIBLE_PYTHON) --color no
 
 test-ansible: ## sanity and units on every claimed ansible-core release x Python (tests/tooling/ansible-matrix.txt)
-	tests/tooling/ansible-matrix.sh
+	tests/tooling/ansible-matrix.sh --jobs 2
 
 test-ansible-ci: ## the same on the oldest and the newest claimed release (part of make test)
 	tests/tooling/ansible-matrix.sh --ci --jobs 2
