@@ -63,11 +63,13 @@ sanity: test-copy ## ansible-test sanity at a real ansible_collections/glm/serve
 units: test-copy ## ansible-test units
 	cd $(TEST_COPY) && ansible-test units --venv --python $(ANSIBLE_PYTHON) --color no
 
-test-ansible: ## sanity and units on every claimed ansible-core release x Python (tests/tooling/ansible-matrix.txt)
+test-ansible: setup cluster ## sanity and units on every claimed ansible-core release x Python, then a deploy round per release
 	tests/tooling/ansible-matrix.sh --jobs 2
+	tests/tooling/ansible-e2e.sh
 
-test-ansible-ci: ## the same on the oldest and the newest claimed release (part of make test)
+test-ansible-ci: setup cluster ## the same on the oldest and the newest claimed release (part of make test)
 	tests/tooling/ansible-matrix.sh --ci --jobs 2
+	tests/tooling/ansible-e2e.sh --ci
 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
 	tests/sglang_cli/setup.sh
