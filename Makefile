@@ -25,7 +25,7 @@ export GLM_CLUSTER_RELEASE
 export GLM_MOLECULE_INVENTORY := $(if $(filter bookworm,$(GLM_CLUSTER_RELEASE)),local,$(GLM_CLUSTER_RELEASE))
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build clean test-copy test-matrix
+        pytest-integration sglang-cli molecule bench build clean test-copy test-ansible test-ansible-ci test-matrix
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -53,7 +53,7 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build sanity units molecule pytest ## everything CI runs
+test: setup cluster lint build sanity units test-ansible-ci molecule pytest ## everything CI runs
 	@echo "make test: all stages passed"
 
 test-matrix: setup ## the cluster in Debian roots (trixie: Slurm 24.11, sid: 26.05) + live slurm_job tests; not in make test
@@ -71,6 +71,14 @@ sanity: test-copy ## ansible-test sanity at a real ansible_collections/glm/serve
 
 units: test-copy ## ansible-test units
 	cd $(TEST_COPY) && ansible-test units --venv --python $(ANSIBLE_PYTHON) --color no
+
+test-ansible: setup cluster ## sanity and units on every claimed ansible-core release x Python, then a deploy round per release
+	tests/tooling/ansible-matrix.sh --jobs 2
+	tests/tooling/ansible-e2e.sh
+
+test-ansible-ci: setup cluster ## the same on the oldest and the newest claimed release (part of make test)
+	tests/tooling/ansible-matrix.sh --ci --jobs 2
+	tests/tooling/ansible-e2e.sh --ci
 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
 	tests/sglang_cli/setup.sh
@@ -91,4 +99,4 @@ build: setup ## the collection tarball, checked: no venv, cache or link inside
 	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) .venv-sglang .collections build $(TEST_ROOT)
+	rm -rf $(VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix

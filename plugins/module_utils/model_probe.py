@@ -15,10 +15,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import http.client as http_client
 import json
 import socket
-
-from ansible.module_utils.six.moves import http_client
 
 READY = 'ready'
 STARTING = 'starting'

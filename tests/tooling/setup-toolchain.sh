@@ -12,6 +12,7 @@ need=()
 command -v git >/dev/null || need+=(git)
 command -v ssh >/dev/null || need+=(openssh-client)
 "$python" -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v shellcheck >/dev/null || need+=(shellcheck)   # ansible-test sanity skips its shellcheck test without it
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}"
   apt-get update -qq
