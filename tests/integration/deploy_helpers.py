@@ -94,10 +94,10 @@ def ssh(command, check=True, timeout=60):
 
 def my_jobs(match):
     """The login user's jobs (squeue --me, as the login user over SSH) whose name satisfies match(name):
-    sorted list of (id, name, state)."""
+    list of (id, name, state) in the order of the ids as numbers (job 100 after job 98)."""
     out = ssh("squeue --me -h -t all -o '%i|%j|%T'")
     rows = [tuple(line.split('|', 2)) for line in out.splitlines() if line.strip()]
-    return sorted(row for row in rows if match(row[1]))
+    return sorted((row for row in rows if match(row[1])), key=lambda row: [int(p) if p.isdigit() else 0 for p in row[0].split('_')])
 
 
 def live_jobs(match):
