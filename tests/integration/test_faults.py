@@ -141,7 +141,8 @@ class Case:
                 shutil.copytree(src, dst, symlinks=True)
             else:
                 shutil.copy2(src, dst)
-            subprocess.run(['chown', '-R', 'glmuser:', dst], check=True)
+            uid, gid = target.login_ids()[:2]                   # the login user's ids on this cluster (a root's differ)
+            subprocess.run(['chown', '-R', '%d:%d' % (uid, gid), dst], check=True)
 
     def cleanup(self):
         """Cancels the case's jobs and waits until they have ended (a cancelled job is COMPLETING for up to KillWait,
@@ -782,7 +783,7 @@ def test_11b_every_node_bad_stops_and_says_so_and_the_next_deploy_submits_nothin
 # write to a path not mounted goes into the container's own filesystem and is gone when the step ends. The save of
 # --container-save is a real squashfs, which the stand-in can be told to cut short.
 
-PLUGSTACK = '/var/lib/glm-cluster/etc/plugstack.conf'
+PLUGSTACK = os.path.join(target.DIR, 'etc', 'plugstack.conf')
 NO_MOUNTS = ' --container-mounts="$MOUNTS"'
 
 
@@ -871,7 +872,7 @@ def test_12d_an_image_save_that_fails_is_caught(case, switch):
     renames it into place: the job fails naming the cause, no broken image is left to be used, and the next deploy,
     the save working again, saves it and serves."""
     c = case('save' + switch.rsplit('-', 1)[1])
-    control = os.path.join('/var/lib/glm-cluster/control', switch)
+    control = os.path.join(target.CONTROL, switch)
     with open(control, 'w'):
         pass
     try:
