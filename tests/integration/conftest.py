@@ -94,8 +94,8 @@ SPY = (
 
 
 def as_login(argv, **kwargs):
-    return subprocess.run(target.slurm_argv(['runuser', '-u', LOGIN_USER, '--'] + argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                          universal_newlines=True, check=False, **kwargs)
+    return subprocess.run(target.slurm_argv(['runuser', '-u', LOGIN_USER, '--'] + argv), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True, check=False, **kwargs)
 
 
 class Work:

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(REPO, '.collections'))
 from ansible_collections.glm.serve.plugins.module_utils.slurm_parse import ENDING_STATES, LIVE_STATES  # noqa: E402
 
 import cluster_target as target  # noqa: E402  (GLM_CLUSTER_RELEASE picks the cluster: host or a Debian root)
-from cluster_target import CLUSTER, LOGIN_USER, SLURM_CONF  # noqa: E402,F401
+from cluster_target import CLUSTER, LOGIN_USER  # noqa: E402,F401
 
 BIN = os.path.dirname(sys.executable)
 SSH = ['ssh', '-i', target.SSH_KEY, '-o', 'UserKnownHostsFile=%s' % target.KNOWN_HOSTS,

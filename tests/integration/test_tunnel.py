@@ -125,8 +125,8 @@ def test_logs_shows_the_end_masked_and_follows(served):
     download = run_playbook('logs.yml', dict(VARS, glm_log_job='download', glm_log_lines=5), served['tmp'])
     assert download.returncode == 0 and 'it-tun-download-' in download.stdout, download.stdout[-2000:]
     path = [line.split('== ', 1)[1].split(' ')[0] for line in proc.stdout.splitlines() if '== /' in line][0]
-    writer = subprocess.Popen(target.slurm_argv(['runuser', '-u', 'glmuser', '--', 'sh', '-c',
-                               'sleep 4; for i in 1 2 3; do echo "follow test $i" >> %s; sleep 1; done' % path]),
+    follow_writer = 'sleep 4; for i in 1 2 3; do echo "follow test $i" >> %s; sleep 1; done' % path
+    writer = subprocess.Popen(target.slurm_argv(['runuser', '-u', 'glmuser', '--', 'sh', '-c', follow_writer]),
                               stdin=subprocess.DEVNULL)
     follow = run_playbook('logs.yml', dict(VARS, glm_log_lines=1, glm_log_follow=10), served['tmp'])
     writer.wait(30)
