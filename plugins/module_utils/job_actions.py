@@ -41,8 +41,6 @@ INFO_KEYS = ('job_id', 'name', 'user', 'state', 'reason', 'nodes', 'partition', 
 
 #: At most this many ended jobs per listing come from accounting (the newest), beside what slurmctld remembers.
 ACCOUNTING_MAX = 5
-#: The end states a deploy reports for the last job of a name before it submits a new one.
-ENDED_STATES = sp.TERMINAL_STATES
 
 
 class ActionError(Exception):
@@ -918,7 +916,7 @@ def report_previous(ctx, result):
     if job is None:
         rows = [r for r in accounting(ctx, job_ids=[job_id]) if r.get('job_id') == job_id]
         job = rows[-1] if rows else None
-    if job is None or job.get('state') not in ENDED_STATES or job.get('name') != ctx.name:
+    if job is None or job.get('state') not in sp.TERMINAL_STATES or job.get('name') != ctx.name:
         return None
     previous = dict((k, job.get(k)) for k in ('job_id', 'state', 'reason', 'exit_code', 'start_time', 'end_time',
                                               'elapsed', 'time_limit', 'nodes'))
@@ -1131,16 +1129,14 @@ def info(ctx):
     # What slurmctld forgot (MinJobAge after the end), from accounting: the ids asked for, or the newest ended jobs of
     # the name/user. Not for live-only listings: accounting adds no live job.
     if wanted_live is not True and (missing or (not job_ids and (params.get('name') or user))):
-        if missing:
-            recorded_rows = accounting(ctx, job_ids=missing)
-        else:
-            recorded_rows = accounting(ctx, name=params.get('name'), user=user)
         known = set(r['job_id'] for r in rows)
-        extra = [r for r in recorded_rows if r['job_id'] not in known and r.get('state') in sp.TERMINAL_STATES]
+        query = {'job_ids': missing} if missing else {'name': params.get('name'), 'user': user}
+        extra = [r for r in accounting(ctx, **query) if r['job_id'] not in known and r.get('state') in sp.TERMINAL_STATES]
         if not missing:
             extra = sorted(extra, key=lambda r: _id_key(r['job_id']))[-ACCOUNTING_MAX:]
         rows.extend(extra)
-        missing = [j for j in missing if j not in set(r['job_id'] for r in extra)]
+        found_ids = set(r['job_id'] for r in extra)
+        missing = [j for j in missing if j not in found_ids]
     # the key is read only when there is a server to ask (a missing key file does not hide the jobs)
     running = any(r.get('state') == 'RUNNING' and (wanted_live is None or is_live(r) == wanted_live) for r in rows)
     probe = make_probe(params.get('probe'))[0] if running else None

@@ -220,25 +220,30 @@ def parse_sacct(text, fields=SACCT_FIELDS):
         job_id = raw['JobID'].strip()
         if not job_id or '.' in job_id:
             continue
-        state = raw.get('State', '').strip()
-        cancelled = _CANCELLED_BY_RE.match(state)
+
+        def field(name, unset=None):
+            """The field's value, None when blank, "None", "N/A"... or the field's own word for unset."""
+            value = _clean(raw.get(name, ''))
+            return None if value == unset else value
+        state = field('State')
+        cancelled = _CANCELLED_BY_RE.match(state or '')
         jobs.append({
             'job_id': job_id,
-            'name': _clean(raw.get('JobName', '')),
-            'user': _clean(raw.get('User', '')),
+            'name': field('JobName'),
+            'user': field('User'),
             'state': 'CANCELLED' if cancelled else (state.split()[0] if state else None),
             'cancelled_by': cancelled.group(1) if cancelled else None,
-            'reason': _clean(raw.get('Reason', '')),
-            'nodes': _clean(raw.get('NodeList', '')) if raw.get('NodeList', '').strip() != 'None assigned' else None,
-            'partition': _clean(raw.get('Partition', '')),
-            'elapsed': _clean(raw.get('Elapsed', '')),
-            'time_limit': _clean(raw.get('Timelimit', '')),
-            'end_time': _clean(raw.get('End', '')) if raw.get('End', '').strip() != 'Unknown' else None,
-            'start_time': _clean(raw.get('Start', '')) if raw.get('Start', '').strip() != 'Unknown' else None,
-            'submit_time': _clean(raw.get('Submit', '')),
-            'work_dir': _clean(raw.get('WorkDir', '')),
-            'exit_code': _clean(raw.get('ExitCode', '')),
-            'restarts': _clean(raw.get('Restarts', '')),
+            'reason': field('Reason'),
+            'nodes': field('NodeList', 'None assigned'),
+            'partition': field('Partition'),
+            'elapsed': field('Elapsed'),
+            'time_limit': field('Timelimit'),
+            'end_time': field('End', 'Unknown'),
+            'start_time': field('Start', 'Unknown'),
+            'submit_time': field('Submit'),
+            'work_dir': field('WorkDir'),
+            'exit_code': field('ExitCode'),
+            'restarts': field('Restarts'),
             'dependency': None,
             'output_path': None,
             'source': 'accounting',
