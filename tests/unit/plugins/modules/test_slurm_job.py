@@ -890,6 +890,19 @@ def test_info_by_name_adds_the_newest_ended_jobs_from_accounting_not_live_listin
     assert [j['job_id'] for j in result['jobs']] == ['4124'] and result['accounting_calls'] == 0
 
 
+def after_a_forgotten_job(tmp_path, monkeypatch):
+    """A submit record naming job 4124, which slurmctld has forgotten (scontrol: Invalid job id); no live job of the
+    name; sbatch gives 4125. Returns (script, Slurm mock, warnings the module gives)."""
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
+    script = tmp_path / 'serve.sbatch'
+    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
+    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4124", "sha256": "x"}')
+    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1,
+                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n')
+    return script, slurm, warnings
+
+
 @pytest.mark.parametrize('state, why', [
     ('TIMEOUT', 'TIMEOUT: it reached its time limit (--time 00:01:00) at 2026-12-01T23:47:22 after 00:01:21'),
     ('NODE_FAIL', 'NODE_FAIL: its node failed'),
@@ -899,14 +912,8 @@ def test_info_by_name_adds_the_newest_ended_jobs_from_accounting_not_live_listin
 def test_a_deploy_says_how_the_last_job_ended_before_it_submits(run, tmp_path, monkeypatch, state, why):
     """The submit record names job 4124; slurmctld forgot it (MinJobAge); sacct knows how it ended: the module says
     so in a warning and in ``previous`` before it submits the new job."""
-    warnings = []
-    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
-    script = tmp_path / 'serve.sbatch'
-    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
-    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4124", "sha256": "x"}')
-    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1,
-                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(
-        SACCT, out=sacct_line('4124', 'glm-serve', state)).on(['/usr/bin/sbatch'], out='4125\n')
+    script, slurm, warnings = after_a_forgotten_job(tmp_path, monkeypatch)
+    slurm.on(SACCT, out=sacct_line('4124', 'glm-serve', state))
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script)}, slurm)
     assert ok and result['job_id'] == '4125'
     assert result['previous']['job_id'] == '4124' and result['previous']['source'] == 'accounting'
@@ -917,12 +924,6 @@ def test_a_deploy_says_how_the_last_job_ended_before_it_submits(run, tmp_path, m
 
 
 def test_a_deploy_without_accounting_submits_as_before_and_says_nothing(run, tmp_path, monkeypatch):
-    warnings = []
-    monkeypatch.setattr(basic.AnsibleModule, 'warn', lambda self, msg: warnings.append(msg))
-    script = tmp_path / 'serve.sbatch'
-    script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
-    (tmp_path / '.slurm_job-glmuser-glm-serve.json').write_text(u'{"job_id": "4124", "sha256": "x"}')
-    slurm = Slurm().on(['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1,
-                       err='slurm_load_jobs error: Invalid job id specified\n').on(LOOKUP).on(['/usr/bin/sbatch'], out='4125\n')
+    script, slurm, warnings = after_a_forgotten_job(tmp_path, monkeypatch)    # sacct: "accounting storage is disabled"
     ok, result = run(slurm_job, {'name': 'glm-serve', 'script': str(script)}, slurm)
     assert ok and result['job_id'] == '4125' and 'previous' not in result and warnings == []
