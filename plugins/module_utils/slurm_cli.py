@@ -67,6 +67,7 @@ class SlurmCli:
         self._version = None
         self._version_tuple = None
         self._only_job_state = None
+        self._sacct_fields = sp.SACCT_FIELDS
         self.polls = 0
         #: sacct calls (slurmdbd's load, not slurmctld's)
         self.accounting_calls = 0
@@ -209,7 +210,25 @@ class SlurmCli:
             self._bins['sacct'] = self.module.get_bin_path('sacct')     # optional: None when not installed
         if not self._bins['sacct']:
             raise SlurmAccountingUnavailable('sacct is not installed on this host')
-        argv = [self._bins['sacct'], '--parsable2', '--noheader', '-X', '--format=' + ','.join(sp.SACCT_FIELDS)]
+        while True:
+            fields = self._sacct_fields
+            rc, out, err, argv = self._sacct_once(fields, job_ids, name, user, since)
+            refused = sp.SACCT_REFUSED_FIELD_RE.search(err or '') if rc != 0 else None
+            # a field this release does not know (22.05 has no Restarts): sacct refuses it before it asks slurmdbd;
+            # the same question without it (the refused one is not counted: it never reached slurmdbd)
+            if refused and refused.group(1) in fields and len(fields) > 1:
+                self._sacct_fields = tuple(f for f in fields if f != refused.group(1))
+                self.accounting_calls -= 1
+                continue
+            break
+        if rc != 0 or 'accounting storage is disabled' in (err or ''):
+            raise SlurmAccountingUnavailable('sacct failed: %s' % ((err or '').strip().splitlines() or ['rc %d' % rc])[-1],
+                                             argv, rc, out, err)
+        return sp.parse_sacct(out, fields)
+
+    def _sacct_once(self, fields, job_ids, name, user, since):
+        """One sacct call: (rc, out, err, argv); SlurmAccountingUnavailable when it cannot run or slurmdbd is away."""
+        argv = [self._bins['sacct'], '--parsable2', '--noheader', '-X', '--format=' + ','.join(fields)]
         if job_ids:
             argv += ['--jobs=' + ','.join(str(j) for j in job_ids)]
         else:
@@ -225,10 +244,7 @@ class SlurmCli:
             raise SlurmAccountingUnavailable(exc.msg, argv)
         except (OSError, IOError) as exc:
             raise SlurmAccountingUnavailable('sacct could not run: %s' % exc, argv)
-        if rc != 0 or 'accounting storage is disabled' in (err or ''):
-            raise SlurmAccountingUnavailable('sacct failed: %s' % ((err or '').strip().splitlines() or ['rc %d' % rc])[-1],
-                                             argv, rc, out, err)
-        return sp.parse_sacct(out)
+        return rc, out, err, argv
 
     def show_job(self, job_id):
         """``scontrol --local show job ID`` as a job dict (with output_path and exit_code), or None if purged."""

@@ -203,6 +203,8 @@ def scontrol_to_job(record):
 #: The fields asked of ``sacct --parsable2`` (slurmdbd's record of a job, kept after slurmctld has forgotten it).
 SACCT_FIELDS = ('JobID', 'JobName', 'User', 'State', 'ExitCode', 'Reason', 'Restarts', 'Submit', 'Start', 'End',
                 'Elapsed', 'Timelimit', 'NodeList', 'Partition', 'WorkDir')
+#: sacct's answer to a field its release does not have (22.05: ``Invalid field requested: "Restarts"``)
+SACCT_REFUSED_FIELD_RE = re.compile(r'Invalid field requested: "([^"]+)"')
 
 _CANCELLED_BY_RE = re.compile(r'^CANCELLED by (\S+)$')
 

@@ -17,8 +17,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RELEASE=${GLM_CLUSTER_RELEASE:-bookworm}
 # set (by the host side of this script) when this script runs inside a root
 IN_ROOT=${GLM_CLUSTER_IN_ROOT:-}
-# slurmdbd + MariaDB (the roots have it; the host cluster has no accounting)
-ACCOUNTING=${GLM_CLUSTER_ACCOUNTING:-}
+# slurmdbd + MariaDB, on every release (GLM_CLUSTER_ACCOUNTING=0: a site without accounting, as before)
+ACCOUNTING=${GLM_CLUSTER_ACCOUNTING-1}
+[ "$ACCOUNTING" != 0 ] || ACCOUNTING=
 MIN_JOB_AGE=${GLM_CLUSTER_MIN_JOB_AGE:-300}
 LOGIN_USER=glmuser
 LOGIN_HOME=${GLM_CLUSTER_LOGIN_HOME:-/home/$LOGIN_USER}
@@ -264,7 +265,8 @@ PidFile=$D/run/slurmdbd.pid
 LogFile=$D/log/slurmdbd.log
 DebugLevel=info
 StorageType=accounting_storage/mysql
-StorageHost=localhost
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
 StorageUser=slurm
 StoragePass=glm
 StorageLoc=slurm_acct_db
@@ -444,6 +446,18 @@ copy_standins() {
   rm -rf "$old"
 }
 
+# sacct and sacctmgr (22.05 to 26.05) reach slurmdbd through munge's default socket, whatever AuthInfo says: point
+# that at ours, unless a munged of the machine's own is there (then leave it, and say sacct may fail)
+DEFAULT_MUNGE_SOCKET=/run/munge/munge.socket.2
+link_default_munge_socket() {
+  if [ -S "$DEFAULT_MUNGE_SOCKET" ] && [ ! -L "$DEFAULT_MUNGE_SOCKET" ]; then
+    log "warning: $DEFAULT_MUNGE_SOCKET belongs to another munged: sacct and sacctmgr may not reach this cluster's slurmdbd"
+    return 0
+  fi
+  install -d -m 0755 "$(dirname "$DEFAULT_MUNGE_SOCKET")"
+  ln -sfn "$MUNGE_SOCKET" "$DEFAULT_MUNGE_SOCKET"
+}
+
 start_munged() {
   if live_pid "$D/run/munged.pid" >/dev/null; then return 0; fi
   install -d -m 0755 "$D/run/munge"
@@ -452,9 +466,6 @@ start_munged() {
   local i
   for ((i = 0; i < 50; i++)); do
     if [ -S "$MUNGE_SOCKET" ]; then
-      # sacctmgr (24.11) talks to slurmdbd through munge's default socket, not AuthInfo's: in a root (its own
-      # /run) point that at ours
-      if [ -n "$IN_ROOT" ]; then install -d -m 0755 /run/munge && ln -sfn "$MUNGE_SOCKET" /run/munge/munge.socket.2; fi
       return 0
     fi
     sleep 0.1
@@ -464,7 +475,14 @@ start_munged() {
 
 # ---- accounting: MariaDB (Debian's server, own datadir, socket only) and slurmdbd
 
-MARIADB_PID=/run/mysqld/glm-mariadbd.pid
+# MariaDB's own run folder, socket and TCP port (127.0.0.1 only): never the distribution's default socket or port,
+# so that a MariaDB/MySQL the machine already runs is neither used nor disturbed. slurmdbd talks TCP to it.
+DB_RUN=$D/run/mariadb
+DB_SOCKET=$DB_RUN/mariadb.sock
+DB_PORT=${GLM_CLUSTER_DB_PORT:-$((CTLD_PORT - 4))}
+MARIADB_PID=$DB_RUN/mariadbd.pid
+
+db() { mariadb --socket="$DB_SOCKET" "$@"; }
 
 init_mariadb() {
   [ -d "$D/mysql/mysql" ] && return 0
@@ -476,22 +494,23 @@ init_mariadb() {
 
 start_mariadb() {
   if live_pid "$MARIADB_PID" >/dev/null; then return 0; fi
-  install -d -m 0755 -o mysql -g mysql /run/mysqld
-  # clients find the server at their built-in socket: /run/mysqld/mysqld.sock up to trixie, /run/mariadbd/ on sid
-  [ -e /run/mariadbd ] || ln -s mysqld /run/mariadbd
-  rm -f /run/mysqld/mysqld.sock
+  install -d -m 0755 -o mysql -g mysql "$DB_RUN"
+  rm -f "$DB_SOCKET"
   # mariadbd stays in the foreground: detach it; it writes its own pid file
-  setsid mariadbd --user=mysql --datadir="$D/mysql" --socket=/run/mysqld/mysqld.sock --pid-file="$MARIADB_PID" \
-    --skip-networking --log-error="$D/mysql/mariadb.err" </dev/null >/dev/null 2>&1 &
+  setsid mariadbd --user=mysql --datadir="$D/mysql" --socket="$DB_SOCKET" --pid-file="$MARIADB_PID" \
+    --bind-address=127.0.0.1 --port="$DB_PORT" --log-error="$D/mysql/mariadb.err" </dev/null >/dev/null 2>&1 &
   local i
   for ((i = 0; i < 300; i++)); do
-    if [ -S /run/mysqld/mysqld.sock ] && mariadb -e 'select 1' >/dev/null 2>&1; then break; fi
+    if [ -S "$DB_SOCKET" ] && db -e 'select 1' >/dev/null 2>&1; then break; fi
     sleep 0.1
   done
-  mariadb -e 'select 1' >/dev/null 2>&1 || die "MariaDB did not start (see $D/mysql/mariadb.err)"
-  mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+  db -e 'select 1' >/dev/null 2>&1 || die "MariaDB did not start (see $D/mysql/mariadb.err)"
+  # slurmdbd comes over TCP from 127.0.0.1: the account for that host too
+  db -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
     CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'glm';
-    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || die "could not create the slurm database user"
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'glm';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "could not create the slurm database user"
 }
 
 start_slurmdbd() {
@@ -599,6 +618,7 @@ cmd_start() {
   make_gpus
   start_munged
   if [ -n "$ACCOUNTING" ]; then
+    link_default_munge_socket
     start_mariadb
     start_slurmdbd
   fi
@@ -766,6 +786,19 @@ cmd_smoke() {
   if [ "$state" = COMPLETED ] && [ "$out" = "0,1,2,3,4,5,6,7" ]; then echo ok; else
     echo FAILED
     rc=1
+  fi
+  if [ -n "$ACCOUNTING" ] && [ -n "$id" ]; then
+    echo "== sacct -X -j $id (the login user, from slurmdbd)"
+    for ((i = 0; i < 50; i++)); do
+      state=$(ssh_login "sacct -n -X -P -j $id -o State" 2>&1 || true)
+      [ "$state" = COMPLETED ] && break
+      sleep 0.2
+    done
+    echo "$state"
+    if [ "$state" = COMPLETED ]; then echo ok; else
+      echo FAILED
+      rc=1
+    fi
   fi
   if [ "$rc" -eq 0 ]; then echo "SMOKE OK"; else echo "SMOKE FAILED"; fi
   return "$rc"

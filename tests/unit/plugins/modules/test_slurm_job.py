@@ -867,6 +867,24 @@ def test_info_finds_a_purged_job_id_in_accounting(run):
     assert slurm.argvs('sacct')[0][-1] == '--jobs=4124'
 
 
+def test_a_field_the_release_lacks_is_left_out_and_asked_again(run):
+    """Slurm 22.05's sacct has no Restarts field (it refuses the whole format, before it asks slurmdbd): the same
+    question without that field; the refused attempt is not counted as a call to slurmdbd."""
+    from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+    full = '--format=' + ','.join(sp.SACCT_FIELDS)
+    short = '--format=' + ','.join(f for f in sp.SACCT_FIELDS if f != 'Restarts')
+    line = sacct_line('4124', 'glm-serve', 'FAILED', exit_code='3:0').split('|')
+    del line[sp.SACCT_FIELDS.index('Restarts')]
+    slurm = Slurm().on(['/usr/bin/squeue', '--local'], out='').on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1, err='slurm_load_jobs error: Invalid job id specified\n').on(
+        SACCT + [full], rc=1, err='sacct: error: Invalid field requested: "Restarts"\n').on(SACCT + [short], out='|'.join(line))
+    ok, result = run(slurm_job_info, {'job_ids': ['4124']}, slurm)
+    assert ok and result['missing'] == [] and result['accounting_calls'] == 1, result
+    (job,) = result['jobs']
+    assert job['state'] == 'FAILED' and job['exit_code'] == '3:0' and job['work_dir'] == '/home/glmuser/glm', job
+    assert [a[4] for a in slurm.argvs('sacct')] == [full, short]
+
+
 def test_info_without_accounting_works_as_before(run):
     slurm = Slurm().on(['/usr/bin/squeue', '--local'], out='').on(
         ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], rc=1, err='slurm_load_jobs error: Invalid job id specified\n')
