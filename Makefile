@@ -22,10 +22,15 @@ export PYTHONDONTWRITEBYTECODE := 1
 # inventory follows it here.
 GLM_CLUSTER_RELEASE ?= bookworm
 export GLM_CLUSTER_RELEASE
-export GLM_MOLECULE_INVENTORY := $(if $(filter bookworm,$(GLM_CLUSTER_RELEASE)),local,$(GLM_CLUSTER_RELEASE))
+export GLM_MOLECULE_INVENTORY = $(if $(filter bookworm,$(GLM_CLUSTER_RELEASE)),local,$(GLM_CLUSTER_RELEASE))
+# make test runs its whole suite on TEST_RELEASE: trixie, Slurm 24.11, the release SUNK clusters run (and the first
+# with squeue --only-job-state); `releases` then covers 22.05 and 26.05. The single targets (make cluster, demo,
+# molecule, pytest, bench) stay on GLM_CLUSTER_RELEASE, the host's cluster unless told otherwise.
+TEST_RELEASE ?= trixie
+test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build clean test-copy test-ansible test-ansible-ci test-matrix
+        pytest-integration sglang-cli molecule bench build clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -53,11 +58,17 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build sanity units test-ansible-ci molecule pytest ## everything CI runs
+test: setup cluster lint build sanity units test-ansible-ci molecule pytest releases ## everything CI runs
 	@echo "make test: all stages passed"
 
-test-matrix: setup ## the cluster in Debian roots (trixie: Slurm 24.11, sid: 26.05) + live slurm_job tests; not in make test
-	tests/cluster/matrix.sh
+# The whole suite runs on GLM_CLUSTER_RELEASE (above); then every release (bookworm 22.05, trixie 24.11, sid 26.05)
+# gets the stages that depend on Slurm (smoke, live module tests, molecule, the Slurm fault cases, the benchmark),
+# the default release only those the suite has not just run. Prints the release x stage table.
+releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
+	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) tests/cluster/matrix.sh
+
+test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
+	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh
 
 lint: setup ## ansible-lint (production profile) and the changelog linter
 	ansible-lint
@@ -89,6 +100,9 @@ pytest: setup cluster sglang-cli ## pytest: stand-ins, and integration on the lo
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output
 	molecule test --all < /dev/null 2>&1 | tee tests/output/molecule.log
+
+bench-release: setup cluster ## per-release figures on GLM_CLUSTER_RELEASE: waiter RPCs/min, query path, detection latency
+	python tests/bench/bench_release.py
 
 bench: setup cluster ## controller load, detection latency, a deploy's long chain, a re-run against ping (figures; BENCH_BEFORE=REV side by side)
 	python tests/bench/bench_wait.py $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))

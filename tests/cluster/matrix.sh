@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# make test-matrix: for each Debian release of GLM_MATRIX_RELEASES (default "trixie sid"), the local cluster in
-# that release's root (cluster.sh with GLM_CLUSTER_RELEASE): install, start, smoke, the live slurm_job tests
-# (tests/integration/test_slurm_job_live.py, over SSH into the root), sacct/scontrol/squeue fixtures, stop.
-# MinJobAge is GLM_CLUSTER_MIN_JOB_AGE (default here 10 s). Prints a release x stage table; exits 1 if a stage
-# failed. Logs: tests/output/matrix/RELEASE-STAGE.log.
-# Captured fixtures go to tests/output/matrix/fixtures/RELEASE/ (GLM_MATRIX_FIXTURES=tree: into
-# tests/unit/plugins/module_utils/fixtures/ as well). The host cluster (bookworm) is not touched.
+# The same stages on each Slurm release of the local cluster, and a release x stage table at the end.
+#
+#   tests/cluster/matrix.sh            (make test: GLM_MATRIX_RELEASES="bookworm trixie sid")
+#   GLM_MATRIX_FIXTURES=1 ...          (make test-matrix: also capture sacct/scontrol/squeue fixtures)
+#
+# For each release of GLM_MATRIX_RELEASES (default "bookworm trixie sid"): the cluster of that release
+# (cluster.sh with GLM_CLUSTER_RELEASE; bookworm = the host's Slurm 22.05, trixie = 24.11 and sid = 26.05 in their
+# Debian roots) is installed and started with MinJobAge GLM_CLUSTER_MIN_JOB_AGE (default here 10 s, so that the
+# live test of the sacct fallback runs instead of skipping), then:
+#   smoke      cluster.sh smoke (a job, 8 fake GPUs, Pyxis stand-in, sacct)
+#   slurm_job  the live module tests (tests/integration/test_slurm_job_live.py)
+#   molecule   deploy, idempotence, verify, teardown (molecule test)
+#   faults     the fault cases that touch Slurm's behaviour (FAULTS below)
+#   bench      tests/bench/bench_release.py: the waiter's RPCs/min (and which query path) and detection latency
+# A release named in GLM_MATRIX_SUITE (make test: bookworm, the default release) had the whole suite run on it just
+# before (make's molecule and pytest stages): its molecule and faults cells say "suite" instead of running again.
+# The host cluster (bookworm) is left running with MinJobAge back at its default; a root is stopped.
+# Logs: tests/output/matrix/RELEASE-STAGE.log; figures: tests/output/matrix/RELEASE-bench.json. Exits 1 if a stage
+# failed (the table says which).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 REPO=$PWD
 CLUSTER=$REPO/tests/cluster/cluster.sh
 OUT=$REPO/tests/output/matrix
 FIXTURES=$REPO/tests/unit/plugins/module_utils/fixtures
-read -r -a RELEASES <<<"${GLM_MATRIX_RELEASES:-trixie sid}"
-STAGES=(install start smoke slurm_job fixtures stop)
-PYTEST=${PYTEST:-$REPO/.venv/bin/pytest}
-# MinJobAge of the roots' slurmctld: short, so that the live test of the sacct fallback (a job slurmctld has forgotten)
-# runs instead of skipping
+BIN=$REPO/.venv/bin
+read -r -a RELEASES <<<"${GLM_MATRIX_RELEASES:-bookworm trixie sid}"
+read -r -a SUITE <<<"${GLM_MATRIX_SUITE:-}"
+STAGES=(install start smoke slurm_job molecule faults bench)
+if [ -n "${GLM_MATRIX_FIXTURES:-}" ]; then STAGES+=(fixtures); fi
+# The fault cases whose outcome depends on what Slurm does (states, reasons, requeue, dependencies, the controller
+# going away); the rest of tests/integration (Pyxis, hf, SGLang stand-ins, input checks) does not change with Slurm
+FAULTS=${GLM_MATRIX_FAULTS:-test_01 or test_05a or test_05b or test_08 or test_09 or test_10 or test_11a}
 export GLM_CLUSTER_MIN_JOB_AGE=${GLM_CLUSTER_MIN_JOB_AGE:-10}
+export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
 declare -A RESULT TIME
 
@@ -31,7 +47,14 @@ stage() {
   TIME[$rel.$name]=$((SECONDS - t0))
   if [ "$rc" -eq 0 ]; then RESULT[$rel.$name]=ok; else RESULT[$rel.$name]=FAIL; fi
   printf 'matrix: %s %s %s (%s s)\n' "$rel" "$name" "${RESULT[$rel.$name]}" "${TIME[$rel.$name]}" >&2
+  if [ "$rc" -ne 0 ]; then tail -n 30 "$OUT/$rel-$name.log" | sed "s/^/  $rel $name | /" >&2; fi
   return "$rc"
+}
+
+in_suite() {
+  local s
+  for s in "${SUITE[@]}"; do [ "$s" = "$1" ] && return 0; done
+  return 1
 }
 
 # shellcheck disable=SC2317  # called through stage
@@ -59,31 +82,62 @@ capture() {
   fi
 }
 
+# shellcheck disable=SC2317  # called through stage
+molecule_on() {
+  local inv=$1
+  [ "$inv" = bookworm ] && inv=local
+  GLM_MOLECULE_INVENTORY=$inv "$BIN/molecule" test --all
+}
+
 for rel in "${RELEASES[@]}"; do
   export GLM_CLUSTER_RELEASE=$rel
-  # a fresh start, with this run's configuration (MinJobAge), and a start time measured from down
-  "$CLUSTER" stop >/dev/null 2>&1
+  rm -f "$OUT/$rel-bench.json"
+  if [ "$rel" != bookworm ]; then
+    # a fresh start, with this run's configuration (MinJobAge), and a start time measured from down
+    "$CLUSTER" stop >/dev/null 2>&1
+  fi
+  # on the host cluster, start reconfigures a running slurmctld with this MinJobAge
   if stage "$rel" install "$CLUSTER" install && stage "$rel" start "$CLUSTER" start; then
     stage "$rel" smoke "$CLUSTER" smoke
-    stage "$rel" slurm_job "$PYTEST" -p no:cacheprovider -v tests/integration/test_slurm_job_live.py
-    stage "$rel" fixtures capture "$rel"
+    stage "$rel" slurm_job "$BIN/pytest" -p no:cacheprovider -v tests/integration/test_slurm_job_live.py
+    if in_suite "$rel"; then
+      RESULT[$rel.molecule]=suite RESULT[$rel.faults]=suite
+    else
+      stage "$rel" molecule molecule_on "$rel"
+      stage "$rel" faults "$BIN/pytest" -p no:cacheprovider -v tests/integration/test_faults.py -k "$FAULTS"
+    fi
+    stage "$rel" bench "$BIN/python" tests/bench/bench_release.py --json "$OUT/$rel-bench.json"
+    if [ -n "${GLM_MATRIX_FIXTURES:-}" ]; then stage "$rel" fixtures capture "$rel"; fi
   fi
-  stage "$rel" stop "$CLUSTER" stop
+  if [ "$rel" = bookworm ]; then
+    GLM_CLUSTER_MIN_JOB_AGE='' "$CLUSTER" start >/dev/null 2>&1 || true
+  else
+    "$CLUSTER" stop >/dev/null 2>&1
+  fi
   grep -h '^cluster: root .* installed in' "$OUT/$rel-install.log" >&2 || true
 done
 unset GLM_CLUSTER_RELEASE
 
+# the table: each stage ok / FAIL / suite (the whole suite ran on it) with its seconds, then the benchmark's figures
 rc=0
-printf '\n%-8s' release
-for s in "${STAGES[@]}"; do printf ' %-10s' "$s"; done
-printf ' %s\n' slurm
+printf '\nmake test: Slurm release x stage (tests/output/matrix/RELEASE-STAGE.log)\n'
+printf '%-9s %-8s' release slurm
+for s in "${STAGES[@]}"; do printf ' %-11s' "$s"; done
+printf ' %s\n' 'waiter RPCs/min (query path), detection latency'
 for rel in "${RELEASES[@]}"; do
-  printf '%-8s' "$rel"
+  slurm=$(GLM_CLUSTER_RELEASE=$rel "$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["slurm"])' \
+    "$OUT/$rel-bench.json" 2>/dev/null || echo '?')
+  printf '%-9s %-8s' "$rel" "$slurm"
   for s in "${STAGES[@]}"; do
     v=${RESULT[$rel.$s]:-skip}
-    [ "$v" = ok ] || rc=1
-    printf ' %-10s' "$v${TIME[$rel.$s]:+ ${TIME[$rel.$s]}s}"
+    case $v in ok | suite) ;; *) rc=1 ;; esac
+    printf ' %-11s' "$v${TIME[$rel.$s]:+ ${TIME[$rel.$s]}s}"
   done
-  printf ' %s\n' "$(cat "/var/lib/glm-roots/$rel/.glm-slurm-version" 2>/dev/null || echo '?')"
+  "$BIN/python" - "$OUT/$rel-bench.json" <<'PY' 2>/dev/null || printf ' -\n'
+import json, sys
+f = json.load(open(sys.argv[1]))
+rows = ['%s/min (%s)' % (r['rpcs_per_min'], r['path'] + (', held' if r['held'] else '')) for r in f['load']]
+print(' %s; latency %.2f s' % ('; '.join(rows), f['latency_median']))
+PY
 done
 exit "$rc"

@@ -21,8 +21,21 @@ esac
 cache=${ANSIBLE_MATRIX_CACHE:-$repo/.venv-ansible}
 mkdir -p "$cache/logs"
 cache=$(cd "$cache" && pwd)
-login_home=$(getent passwd "${GLM_CLUSTER_USER:-glmuser}" | cut -d: -f6)
-[ -n "$login_home" ] || { echo "ansible-e2e: no login user ${GLM_CLUSTER_USER:-glmuser}: run make cluster" >&2; exit 2; }
+# the cluster of GLM_CLUSTER_RELEASE (bookworm: the host's, inventory/local; trixie/sid: the one in that Debian root,
+# inventory/RELEASE, its Slurm commands through cluster.sh exec); the login home as the host sees it
+release_name=${GLM_CLUSTER_RELEASE:-bookworm}
+if [ "$release_name" = bookworm ]; then
+  inventory=$repo/inventory/local
+  in_cluster() { "$@"; }
+else
+  inventory=$repo/inventory/$release_name
+  in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+fi
+login_home=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null | sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p')
+if [ -z "$login_home" ] || [ ! -d "$login_home" ]; then
+  echo "ansible-e2e: no login home of the $release_name cluster: run make cluster" >&2
+  exit 2
+fi
 
 rows=()
 failed=0
@@ -44,7 +57,7 @@ vars=
 # shellcheck disable=SC2317  # called through step "$@"
 pb() {  # playbook: with the ansible-playbook of $venv, the variables of $vars
   env PATH="$venv/bin:$PATH" ANSIBLE_CONFIG="$repo/ansible.cfg" ANSIBLE_COLLECTIONS_PATH="$repo/.collections" \
-    ANSIBLE_NOCOLOR=1 "$venv/bin/ansible-playbook" "playbooks/$1" -e "@$vars" < /dev/null
+    ANSIBLE_NOCOLOR=1 "$venv/bin/ansible-playbook" -i "$inventory" "playbooks/$1" -e "@$vars" < /dev/null
 }
 
 round() {  # release python
@@ -73,7 +86,7 @@ round() {  # release python
   fi
   step "$release/$py" status "$cache/logs/$tag-status.log" pb status.yml || true
   step "$release/$py" teardown "$cache/logs/$tag-teardown.log" pb teardown.yml || true
-  if squeue -h -n "$tag-dl,$tag-serve" -o %i 2> /dev/null | grep -q .; then
+  if in_cluster squeue -h -n "$tag-dl,$tag-serve" -o %i 2> /dev/null | grep -q .; then
     rows+=("$(printf '%-12s %-6s %-9s %-5s' "$release" "$py" teardown FAIL) (jobs left after the teardown)")
     failed=1
   fi
@@ -89,7 +102,7 @@ while read -r release pythons; do
 done < tests/tooling/ansible-matrix.txt
 
 echo
-echo "ansible-core end to end on the local cluster (deploy, deploy again, status, teardown):"
+echo "ansible-core end to end on the local $release_name cluster (deploy, deploy again, status, teardown):"
 printf '%-12s %-6s %-9s %-5s %6s\n' ansible-core python step result time
 printf '%s\n' "${rows[@]}"
 exit "$failed"
