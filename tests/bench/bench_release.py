@@ -10,8 +10,9 @@ in their Debian roots; see tests/integration/cluster_target.py). Run as root; pr
 Everything runs as the cluster's login user, over SSH, through real ansible-playbook (as a deploy does):
 
 - **load**: the module waits (``wait_condition: COMPLETED``) on a job that runs ``--wait`` seconds; the login user's
-  RPCs to slurmctld over that wait come from ``sdiag`` (its per-user counter; the job itself, a ``sleep``, makes
-  none), their types from sdiag's per-type counters (nothing else runs on the cluster meanwhile). Where the release
+  RPCs to slurmctld over that wait, and slurmctld's time spent on them (``total_time``, µs), come from ``sdiag``
+  (its per-user counters; the job itself, a ``sleep``, makes none), their types from sdiag's per-type counters
+  (nothing else runs on the cluster meanwhile). Where the release
   has ``squeue --only-job-state`` (23.11.5 and later) the same wait runs a second time with the module held to the
   older path (``scontrol --local show job`` per poll): a ``squeue`` wrapper first on the module's PATH answers
   ``--version`` with 23.11.4 and passes everything else to the real squeue. The two rows show which RPCs each path
@@ -50,14 +51,21 @@ OLD_SQUEUE = '#!/bin/bash\n[ "$1" = --version ] && { echo "slurm 23.11.4"; exit 
 
 
 def sdiag():
-    """({user: RPC count}, {RPC type: count}) from the cluster's sdiag (as root: not counted for the login user)."""
+    """({user: (RPC count, total µs)}, {RPC type: (count, total µs)}) from the cluster's sdiag (as root: not counted
+    for the login user). total_time is slurmctld's own time spent on those RPCs, in microseconds."""
     out = subprocess.run(target.slurm_argv(['sdiag']), stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
                          universal_newlines=True, stdin=subprocess.DEVNULL, env=target.slurm_env()).stdout
     types = out.split('by message type', 1)[-1].split('by user', 1)[0]
     users = out.split('by user', 1)[-1].split('Pending RPC', 1)[0]
-    count = re.compile(r'^\s*(\S+)\s*\(\s*\d+\)\s*count:(\d+)', re.M)
-    return (dict((m.group(1), int(m.group(2))) for m in count.finditer(users)),
-            dict((m.group(1), int(m.group(2))) for m in count.finditer(types)))
+    count = re.compile(r'^\s*(\S+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)', re.M)
+    return (dict((m.group(1), (int(m.group(2)), int(m.group(3)))) for m in count.finditer(users)),
+            dict((m.group(1), (int(m.group(2)), int(m.group(3)))) for m in count.finditer(types)))
+
+
+def diff(after, before, key):
+    """(count, µs) of key between two sdiag readings."""
+    a, b = after.get(key, (0, 0)), before.get(key, (0, 0))
+    return a[0] - b[0], a[1] - b[1]
 
 
 def version():
@@ -117,14 +125,16 @@ def load(work, seconds, path):
     ended = float(clock['ansible_facts']['bench_end'])
     users1, types1 = sdiag()
     minutes = (ended - started) / 60.0
-    rpcs = users1.get(target.LOGIN_USER, 0) - users0.get(target.LOGIN_USER, 0)
-    by_type = dict((k, types1.get(k, 0) - types0.get(k, 0)) for k in types1 if k not in CLUSTER_RPCS)
-    by_type = dict((k, v) for k, v in by_type.items() if v > 0)
+    rpcs, micros = diff(users1, users0, target.LOGIN_USER)
+    by_type = dict((k, diff(types1, types0, k)) for k in types1 if k not in CLUSTER_RPCS)
+    by_type = dict((k, v) for k, v in by_type.items() if v[0] > 0)
     if res.get('failed') or res.get('state') != 'COMPLETED':
         raise SystemExit('the wait failed: %s\n%s' % (res.get('msg'), proc.stdout[-2000:]))
     return {'path': 'squeue --only-job-state' if ONLY_JOB_STATE_RPC in by_type else 'scontrol --local show job',
             'held': path == 'scontrol', 'seconds': round(ended - started, 1), 'rpcs': rpcs,
-            'rpcs_per_min': round(rpcs / minutes, 2), 'polls': res.get('polls'), 'by_type': by_type}
+            'rpcs_per_min': round(rpcs / minutes, 2), 'controller_us': micros, 'polls': res.get('polls'),
+            'by_type': dict((k, v[0]) for k, v in by_type.items()),
+            'us_by_type': dict((k, v[1]) for k, v in by_type.items())}
 
 
 def latency(work, samples):
@@ -169,12 +179,14 @@ def main():
     figures['rpcs_per_min'] = auto['rpcs_per_min']
     figures['path'] = auto['path']
     print('\n## %s: Slurm %s' % (target.RELEASE, slurm))
-    print('| waiter | path | seconds | RPCs of %s | RPCs/min | polls | RPC types (sdiag) |' % target.LOGIN_USER)
-    print('|---|---|---|---|---|---|---|')
+    print('| waiter | path | seconds | RPCs of %s | RPCs/min | slurmctld time (µs) | polls | RPC types (sdiag: count, µs) |'
+          % target.LOGIN_USER)
+    print('|---|---|---|---|---|---|---|---|')
     for row in figures['load']:
-        print('| %s | %s | %s | %s | %s | %s | %s |' % (
+        print('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
             'held to scontrol (squeue says 23.11.4)' if row['held'] else 'the module as it is', row['path'], row['seconds'], row['rpcs'],
-            row['rpcs_per_min'], row['polls'], ', '.join('%s x%d' % (k.replace('REQUEST_', ''), v) for k, v in sorted(row['by_type'].items()))))
+            row['rpcs_per_min'], row['controller_us'], row['polls'], ', '.join(
+                '%s x%d %d µs' % (k.replace('REQUEST_', ''), v, row['us_by_type'][k]) for k, v in sorted(row['by_type'].items()))))
     print('detection latency (a dependent job starts, wait for RUNNING): %s; median %s s' % (
         ', '.join('%.2f s (%s polls)' % (s['latency'], s['polls']) for s in figures['latency']), figures['latency_median']))
     if opts.json:

@@ -3,6 +3,7 @@
 #
 #   tests/cluster/matrix.sh            (make test: GLM_MATRIX_RELEASES="bookworm trixie sid")
 #   GLM_MATRIX_FIXTURES=1 ...          (make test-matrix: also capture sacct/scontrol/squeue fixtures)
+#   GLM_MATRIX_ONLY="bench" ...        (only those stages; the others show "-")
 #
 # For each release of GLM_MATRIX_RELEASES (default "bookworm trixie sid"): the cluster of that release
 # (cluster.sh with GLM_CLUSTER_RELEASE; bookworm = the host's Slurm 22.05, trixie = 24.11 and sid = 26.05 in their
@@ -37,10 +38,17 @@ export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
 declare -A RESULT TIME
 
+# GLM_MATRIX_ONLY="smoke bench": only those stages (install and start always run); the others say "-"
+read -r -a ONLY <<<"${GLM_MATRIX_ONLY:-}"
+
 # stage RELEASE NAME CMD...: run, log, record ok/FAIL and seconds
 stage() {
   local rel=$1 name=$2 t0=$SECONDS rc
   shift 2
+  if [ "${#ONLY[@]}" -gt 0 ] && [[ " ${ONLY[*]} install start " != *" $name "* ]]; then
+    RESULT[$rel.$name]=-
+    return 0
+  fi
   printf 'matrix: %s %s ...\n' "$rel" "$name" >&2
   "$@" >"$OUT/$rel-$name.log" 2>&1 </dev/null
   rc=$?
@@ -130,7 +138,7 @@ for rel in "${RELEASES[@]}"; do
   printf '%-9s %-8s' "$rel" "$slurm"
   for s in "${STAGES[@]}"; do
     v=${RESULT[$rel.$s]:-skip}
-    case $v in ok | suite) ;; *) rc=1 ;; esac
+    case $v in ok | suite | -) ;; *) rc=1 ;; esac
     printf ' %-11s' "$v${TIME[$rel.$s]:+ ${TIME[$rel.$s]}s}"
   done
   "$BIN/python" - "$OUT/$rel-bench.json" <<'PY' 2>/dev/null || printf ' -\n'
