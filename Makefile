@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # glm.serve: one command each for the demo and the tests (see README.md).
 # Both run as root on a fresh Debian 12/13 machine and install what they need themselves.
 SHELL := /bin/bash

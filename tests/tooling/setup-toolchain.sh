@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Install the project's Python toolchain into a virtual environment (default .venv), pinned by
 # requirements.txt and constraints.txt, and the offline stand-in for ansible-test's pip bootstrap.
 # Idempotent. Run as root on a fresh Debian machine: installs the few Debian packages it needs.
