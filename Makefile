@@ -9,6 +9,8 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV := .venv
+# reuse and actionlint for make lint, apart from .venv (requirements-lint.txt)
+LINT_VENV := .venv-lint
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
 # ansible-test needs the collection at a real path ending in ansible_collections/glm/serve.
@@ -35,7 +37,7 @@ help: ## list the targets
 
 setup: $(VENV)/.installed .collections/ansible_collections/glm/serve ## Python toolchain in .venv, the tree linked as glm.serve
 
-$(VENV)/.installed: requirements.txt constraints.txt tests/tooling/get_pip_offline.py
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt tests/tooling/get_pip_offline.py
 	tests/tooling/setup-toolchain.sh "$(PYTHON)" "$(VENV)"
 	touch $@
 
@@ -62,9 +64,15 @@ test: setup cluster lint build sanity units test-ansible-ci molecule pytest ## e
 test-matrix: setup ## the cluster in Debian roots (trixie: Slurm 24.11, sid: 26.05) + live slurm_job tests; not in make test
 	tests/cluster/matrix.sh
 
-lint: setup ## ansible-lint (production profile) and the changelog linter
+lint: setup $(LINT_VENV)/.installed ## ansible-lint (production profile), the changelog linter, reuse, actionlint
 	ansible-lint
 	antsibull-changelog lint
+	$(LINT_VENV)/bin/reuse lint
+	$(LINT_VENV)/bin/actionlint -color=false
+
+$(LINT_VENV)/.installed: requirements-lint.txt constraints.txt tests/tooling/setup-lint-tools.sh
+	tests/tooling/setup-lint-tools.sh "$(PYTHON)" "$(LINT_VENV)"
+	touch $@
 
 test-copy: setup
 	tests/tooling/copy-collection.sh "$(TEST_COPY)"
@@ -102,4 +110,4 @@ build: setup ## the collection tarball, checked: no venv, cache or link inside
 	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
