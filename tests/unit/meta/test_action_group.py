@@ -61,18 +61,18 @@ def test_the_doc_fragment_declares_the_group():
     assert set(doc['options']) == {'user', 'retry_timeout', 'accounting'}
 
 
-def _module_defaults(node):
+def _module_defaults(node, found=None):
     """Every module_defaults mapping in a playbook or task list, at any depth."""
+    found = [] if found is None else found
     if isinstance(node, dict):
         if isinstance(node.get('module_defaults'), dict):
-            yield node['module_defaults']
-        for value in node.values():
-            for found in _module_defaults(value):
-                yield found
-    elif isinstance(node, list):
-        for item in node:
-            for found in _module_defaults(item):
-                yield found
+            found.append(node['module_defaults'])
+        children = list(node.values())
+    else:
+        children = node if isinstance(node, list) else []
+    for child in children:
+        _module_defaults(child, found)
+    return found
 
 
 def test_playbooks_set_slurm_defaults_through_the_group():
