@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # glm.serve: one command each for the demo and the tests (see README.md).
 # Both run as root on a fresh Debian 12/13 machine and install what they need themselves.
 SHELL := /bin/bash
@@ -6,6 +9,8 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 VENV := .venv
+# reuse and actionlint for make lint, apart from .venv (requirements-lint.txt)
+LINT_VENV := .venv-lint
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
 # ansible-test needs the collection at a real path ending in ansible_collections/glm/serve.
@@ -37,7 +42,7 @@ help: ## list the targets
 
 setup: $(VENV)/.installed .collections/ansible_collections/glm/serve ## Python toolchain in .venv, the tree linked as glm.serve
 
-$(VENV)/.installed: requirements.txt constraints.txt tests/tooling/get_pip_offline.py
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt tests/tooling/get_pip_offline.py
 	tests/tooling/setup-toolchain.sh "$(PYTHON)" "$(VENV)"
 	touch $@
 
@@ -70,9 +75,15 @@ releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
 	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh
 
-lint: setup ## ansible-lint (production profile) and the changelog linter
+lint: setup $(LINT_VENV)/.installed ## ansible-lint (production profile), the changelog linter, reuse, actionlint
 	ansible-lint
 	antsibull-changelog lint
+	$(LINT_VENV)/bin/reuse lint
+	$(LINT_VENV)/bin/actionlint -color=false
+
+$(LINT_VENV)/.installed: requirements-lint.txt constraints.txt tests/tooling/setup-lint-tools.sh
+	tests/tooling/setup-lint-tools.sh "$(PYTHON)" "$(LINT_VENV)"
+	touch $@
 
 test-copy: setup
 	tests/tooling/copy-collection.sh "$(TEST_COPY)"
@@ -113,4 +124,4 @@ build: setup ## the collection tarball, checked: no venv, cache or link inside
 	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # make demo: the embedded default. On the local Slurm cluster (tests/cluster), over real SSH as the login
 # user: deploy GLM-5.3-Flash (stand-ins for the GPU parts), call the chat API with the key, tear down.
 # Prints what happened at each step and a summary. Run `make demo` (it sets up the toolchain and the cluster).

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
@@ -11,8 +11,16 @@ __metaclass__ = type
 class ModuleDocFragment:
     """Options shared by glm.serve's Slurm modules: who and how to talk to slurmctld, and how to wait."""
 
-    # Standard documentation: the Slurm connection options.
+    # Standard documentation: the Slurm connection options. Every module that extends it is in the action group
+    # glm.serve.slurm (meta/runtime.yml; tests/unit/meta/test_action_group.py holds the two lists equal).
     DOCUMENTATION = r'''
+attributes:
+  action_group:
+    description: Use C(group/glm.serve.slurm) in C(module_defaults) to set O(user), O(retry_timeout) and O(accounting)
+      once for every glm.serve module that talks to Slurm.
+    support: full
+    membership:
+      - glm.serve.slurm
 options:
   user:
     description:

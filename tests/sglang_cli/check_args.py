@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Check an SGLang server command line with the REAL SGLang 0.5.21 parser (or with the stand-in's, to compare).
 
 Usage:

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Write the REAL SGLang server parser's flag table for the stand-in server.
 
 Run with the venv made by tests/sglang_cli/setup.sh (it needs the real sglang package):

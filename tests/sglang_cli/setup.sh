@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Create a venv that holds the REAL SGLang 0.5.21 command-line parser, for tests/sglang_cli/check_args.py.
 #
 # Usage: tests/sglang_cli/setup.sh [VENV_DIR]

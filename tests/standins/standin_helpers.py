@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the stand-in tests (tests/standins): run the stand-ins as subprocesses on 127.0.0.1, free ports, tmp dirs.
 
 The stand-ins run under Debian's /usr/bin/python3 when it exists (the interpreter of the cluster's jobs,

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The nvidia-smi stand-in against the output captured on a real H200, and the server job's GPU check
 (roles/server/files/gpu_check.bash) against both the stand-in and the real captured CSV."""
 

@@ -1,3 +1,6 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Cross-check: the REAL SGLang 0.5.21 parser and the stand-in's give the same verdict on the same command lines.
 
 Needs the venv made by tests/sglang_cli/setup.sh (default .venv-sglang in the repo root, or $SGLANG_CLI_VENV);

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # One deploy, status and teardown round per claimed ansible-core minor on the local cluster: the controller runs
 # the ansible-playbook of that minor's first cell in tests/tooling/ansible-matrix.txt (ansible-core of that release
 # on that Python, its venv from tests/tooling/ansible-matrix.sh, made by it when missing), against the cluster's

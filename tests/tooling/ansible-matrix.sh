@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # ansible-test sanity and units for every ansible-core release the collection claims, each with the controller
 # Pythons it supports (tests/tooling/ansible-matrix.txt), then a table: release x Python x stage, pass, fail or
 # skipped (with the reason), and seconds.

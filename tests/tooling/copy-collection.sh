@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Copy the collection's files (tracked and untracked, minus .gitignore'd ones) to a real
 # .../ansible_collections/glm/serve path: ansible-test refuses symlinked collection roots.
 set -euo pipefail

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Install the project's Python toolchain into a virtual environment (default .venv), pinned by
-# requirements.txt and constraints.txt, and the offline stand-in for ansible-test's pip bootstrap.
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Install the project's Python toolchain into a virtual environment (default .venv): the collection's own needs
+# (requirements.txt) and the dev and test tools (requirements-dev.txt), pinned by constraints.txt; and the
+# offline stand-in for ansible-test's pip bootstrap.
 # Idempotent. Run as root on a fresh Debian machine: installs the few Debian packages it needs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,7 +32,7 @@ PY
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -c constraints.txt
 
 # ansible-test --venv downloads a get-pip.py from a host CI cannot reach; it looks in this cache first.
 cache=$HOME/.ansible/test/cache

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """roles/glm/vars/main.yml: lists that stand beside a twin in the modules stay the same as their twin."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The sglang_metrics filter over SGLang 0.5.21's exposition (names, labels and layout as prometheus_client renders them
 in multiprocess mode; values invented)."""
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The waiter's parts on their own: the poll schedule, the cheap signals, the rules, failures as data; and the
 two seams of the loop (several jobs at once, the progress callback)."""
 
