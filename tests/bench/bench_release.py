@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Benchmark, per Slurm release: the controller load of glm.serve.slurm_job's wait and how fast it sees a job start,
 on the local cluster that GLM_CLUSTER_RELEASE selects (bookworm: Slurm 22.05 on the host; trixie: 24.11 and sid: 26.05
 in their Debian roots; see tests/integration/cluster_target.py). Run as root; prints figures, it is not a test.

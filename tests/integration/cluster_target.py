@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Which local cluster the integration tests run on: one variable, GLM_CLUSTER_RELEASE.
 
 - unset or ``bookworm``: the host's own cluster (tests/cluster/cluster.sh with Debian 12's Slurm 22.05), login node

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Integration tests on the LIVE local Slurm cluster (tests/cluster/cluster.sh), driven through real
 ansible-playbook over SSH to the login user. Run as root on the controller:
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the tests that run the real playbooks (deploy.yml, teardown.yml) against the LIVE local Slurm
 cluster (tests/cluster/cluster.sh) as root on its machine: running a playbook with exact-typed extra vars,
 looking at the login user's jobs over real SSH, snapshots of folders, and a scanner for a secret.

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Bad input: every public variable of the roles and playbooks gets a wrong type, an out-of-range value or a
 malformed string, and the REAL playbook (deploy.yml, or teardown.yml for its variables) runs against the LIVE local
 cluster with the values in a JSON file (`-e @file.json`, so types are exact).

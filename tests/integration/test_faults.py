@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Faults during a deploy, on the LIVE local Slurm cluster, through the real playbooks/deploy.yml over SSH.
 
 Each case states its time bound and asserts it, checks that the message names the cause and the fix, and that no

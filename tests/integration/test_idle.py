@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Metrics and stop-when-idle (issue 10, sections 3 and 5) on the LIVE local cluster: the server runs with
 --enable-metrics, status.yml shows its load (parsed with prometheus_client) and the time since the last request,
 a steady trickle of requests keeps it alive past server_idle_timeout, and once they stop the server ends itself:

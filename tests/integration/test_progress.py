@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Progress while the deploy waits (issue 10, section 1), on the LIVE local cluster, with Ansible's default
 stdout callback: a line at least every glm_progress_interval seconds and at each change of phase, from the
 download (MB done of the total, rate, ETA) through the loading of the weights (shards) to ready; and, after a

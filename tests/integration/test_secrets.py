@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright (c) glm.serve contributors
+# SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Secrets: after a REAL deploy on the LIVE local cluster (own work dir ~/glm-it-secrets, jobs it-sec-download and
 it-sec-serve, smoke test on, `ansible-playbook -vvv`), the API key is looked for, as root, in:
 
