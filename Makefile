@@ -11,6 +11,10 @@ PYTHON ?= python3
 VENV := .venv
 # reuse and actionlint for make lint, apart from .venv (requirements-lint.txt)
 LINT_VENV := .venv-lint
+# ansible-builder (requirements-ee.txt) and antsibull-docs + Sphinx (requirements-docs.txt), each apart from .venv
+EE_VENV := .venv-ee
+DOCS_VENV := .venv-docs
+DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
 # ansible-test needs the collection at a real path ending in ansible_collections/glm/serve.
@@ -35,7 +39,7 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release
+        pytest-integration sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -75,11 +79,13 @@ releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
 	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh
 
-lint: setup $(LINT_VENV)/.installed ## ansible-lint (production profile), the changelog linter, reuse, actionlint
+lint: setup $(LINT_VENV)/.installed $(DOCS_VENV)/.installed ## ansible-lint (production profile), changelog, reuse, actionlint, collection docs
 	ansible-lint
 	antsibull-changelog lint
 	$(LINT_VENV)/bin/reuse lint
 	$(LINT_VENV)/bin/actionlint -color=false
+	$(DOCS_VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs --validate-collection-refs=self .
+	python tests/tooling/playbook_docs.py --check
 
 $(LINT_VENV)/.installed: requirements-lint.txt constraints.txt tests/tooling/setup-lint-tools.sh
 	tests/tooling/setup-lint-tools.sh "$(PYTHON)" "$(LINT_VENV)"
@@ -118,10 +124,29 @@ bench-release: setup cluster ## per-release figures on GLM_CLUSTER_RELEASE: wait
 bench: setup cluster ## controller load, detection latency, a deploy's long chain, a re-run against ping (figures; BENCH_BEFORE=REV side by side)
 	python tests/bench/bench_wait.py $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
 
-build: setup ## the collection tarball, checked: no venv, cache or link inside
+$(EE_VENV)/.installed: requirements-ee.txt constraints.txt tests/tooling/setup-tool-venv.sh
+	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(EE_VENV)" requirements-ee.txt
+	touch $@
+
+$(DOCS_VENV)/.installed: requirements-docs.txt constraints.txt tests/tooling/setup-tool-venv.sh
+	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(DOCS_VENV)" requirements-docs.txt
+	touch $@
+
+build: setup $(EE_VENV)/.installed ## the collection tarball, checked (no venv, cache or link inside), and its EE build context
 	rm -rf build
 	ansible-galaxy collection build --force --output-path build .
 	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
+	$(EE_VENV)/bin/python tests/tooling/check_ee.py
+
+ee: build ## ansible-builder create from meta/execution-environment.yml (the tarball of make build), checked; part of make build
+
+docs: setup $(DOCS_VENV)/.installed ## the docs site (antsibull-docs, Sphinx) in build/docs/html, then its browser test
+	tests/tooling/build-docs.sh $(DOCS_OUT)
+	$(MAKE) --no-print-directory docs-test
+
+docs-test: setup ## the built site in headless Chromium (installs Debian's chromium if missing): pages render, links resolve
+	tests/docs/setup-chromium.sh
+	GLM_DOCS_HTML=$(CURDIR)/$(DOCS_OUT)/html pytest -p no:cacheprovider -q tests/docs < /dev/null
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) $(LINT_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
