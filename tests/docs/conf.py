@@ -51,3 +51,8 @@ intersphinx_mapping = {'ansible_devel': (ANSIBLE_DOCS, _ansible_inventory())}
 intersphinx_timeout = 1
 default_role = 'any'
 nitpicky = True
+html_theme_options = {
+    # The theme's logo links to '/', the root of docs.ansible.com; this site lives in a folder of its own.
+    'documentation_home_url': 'https://github.com/glm-serve/glm.serve',
+    'show_rtd_ethical_ads': False,
+}
