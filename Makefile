@@ -140,13 +140,16 @@ build: setup $(EE_VENV)/.installed ## the collection tarball, checked (no venv, 
 
 ee: build ## ansible-builder create from meta/execution-environment.yml (the tarball of make build), checked; part of make build
 
-docs: setup $(DOCS_VENV)/.installed ## the docs site (antsibull-docs, Sphinx) in build/docs/html, then its browser test
+# The browser test of the built site, run by make docs and make docs-test.
+DOCS_TEST = tests/docs/setup-chromium.sh && \
+	GLM_DOCS_HTML=$(CURDIR)/$(DOCS_OUT)/html pytest -p no:cacheprovider -q -s tests/docs < /dev/null
+
+docs: setup $(DOCS_VENV)/.installed ## the docs site (antsibull-docs, Sphinx) in build/docs/html, then docs-test
 	tests/tooling/build-docs.sh $(DOCS_OUT)
-	$(MAKE) --no-print-directory docs-test
+	$(DOCS_TEST)
 
 docs-test: setup ## the built site in headless Chromium (installs Debian's chromium if missing): pages render, links resolve
-	tests/docs/setup-chromium.sh
-	GLM_DOCS_HTML=$(CURDIR)/$(DOCS_OUT)/html pytest -p no:cacheprovider -q tests/docs < /dev/null
+	$(DOCS_TEST)
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
 	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
