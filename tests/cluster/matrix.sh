@@ -133,19 +133,20 @@ printf '%-9s %-8s' release slurm
 for s in "${STAGES[@]}"; do printf ' %-11s' "$s"; done
 printf ' %s\n' 'waiter RPCs/min (query path), detection latency'
 for rel in "${RELEASES[@]}"; do
-  slurm=$(GLM_CLUSTER_RELEASE=$rel "$BIN/python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["slurm"])' \
-    "$OUT/$rel-bench.json" 2>/dev/null || echo '?')
+  # the release's Slurm version and the benchmark's figures, from its JSON in one read ("?" and "-" without one)
+  IFS=$'\t' read -r slurm figures < <("$BIN/python" - "$OUT/$rel-bench.json" <<'PY' 2>/dev/null || printf '?\t-\n'
+import json, sys
+f = json.load(open(sys.argv[1]))
+rows = ['%s/min (%s)' % (r['rpcs_per_min'], r['path'] + (', held' if r['held'] else '')) for r in f['load']]
+print('%s\t%s; latency %.2f s' % (f['slurm'], '; '.join(rows), f['latency_median']))
+PY
+  )
   printf '%-9s %-8s' "$rel" "$slurm"
   for s in "${STAGES[@]}"; do
     v=${RESULT[$rel.$s]:-skip}
     case $v in ok | suite | -) ;; *) rc=1 ;; esac
     printf ' %-11s' "$v${TIME[$rel.$s]:+ ${TIME[$rel.$s]}s}"
   done
-  "$BIN/python" - "$OUT/$rel-bench.json" <<'PY' 2>/dev/null || printf ' -\n'
-import json, sys
-f = json.load(open(sys.argv[1]))
-rows = ['%s/min (%s)' % (r['rpcs_per_min'], r['path'] + (', held' if r['held'] else '')) for r in f['load']]
-print(' %s; latency %.2f s' % ('; '.join(rows), f['latency_median']))
-PY
+  printf ' %s\n' "$figures"
 done
 exit "$rc"

@@ -24,18 +24,14 @@ esac
 cache=${ANSIBLE_MATRIX_CACHE:-$repo/.venv-ansible}
 mkdir -p "$cache/logs"
 cache=$(cd "$cache" && pwd)
-# the cluster of GLM_CLUSTER_RELEASE (bookworm: the host's, inventory/local; trixie/sid: the one in that Debian root,
-# inventory/RELEASE, its Slurm commands through cluster.sh exec); the login home as the host sees it
+# the cluster of GLM_CLUSTER_RELEASE (bookworm: the host's; trixie/sid: the one in that Debian root): its inventory and
+# login home (as the host sees it) from cluster.sh env, its Slurm commands through cluster.sh exec
 release_name=${GLM_CLUSTER_RELEASE:-bookworm}
-if [ "$release_name" = bookworm ]; then
-  inventory=$repo/inventory/local
-  in_cluster() { "$@"; }
-else
-  inventory=$repo/inventory/$release_name
-  in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
-fi
-login_home=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null | sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p')
-if [ -z "$login_home" ] || [ ! -d "$login_home" ]; then
+cluster_env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
+login_home=$(sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p' <<< "$cluster_env")
+inventory=$(sed -n 's/^export GLM_CLUSTER_INVENTORY=//p' <<< "$cluster_env")
+in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+if [ -z "$login_home" ] || [ ! -d "$login_home" ] || [ ! -f "$inventory" ]; then
   echo "ansible-e2e: no login home of the $release_name cluster: run make cluster" >&2
   exit 2
 fi
