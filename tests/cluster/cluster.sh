@@ -58,18 +58,29 @@ alive() {
   [ "$st" != Z ] && [ "$st" != X ]
 }
 
-# pid from a pid file if that process is alive and ours, else nothing (rc 1). Ours: its command
-# line names $D (every daemon here gets a path in $D): a stale pid file (after a reboot) whose
-# pid now belongs to another process is neither reported as running nor signalled.
+# pid from a pid file if that process is alive and is the daemon the file is for, else nothing (rc 1). The daemon:
+# its program name follows from the file's name (slurmd-node2.pid: slurmd, started with -N node2), and its command
+# line names $D (every daemon here gets a path in $D, but slurmdbd, which takes none). A stale pid file whose pid now
+# belongs to another process is neither reported as running nor signalled: after a reboot, and in a root whose
+# namespaces were killed, where the new namespace hands out the same small pids again (CI once found slurmd-node2.pid
+# naming the new munged, took node2's slurmd for running and never started it).
 live_pid() {
-  local f=$1 pid cmd
+  local f=$1 pid cmd comm want base
   [ -s "$f" ] || return 1
   pid=$(<"$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   alive "$pid" || return 1
   cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  # slurmdbd takes no config path on its command line: its name must do
-  [[ $cmd == *"$D/"* ]] || { [[ $f == */slurmdbd.pid ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmdbd ]; } || return 1
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+  base=${f##*/}
+  base=${base%.pid}
+  case $base in
+    slurmd-*)
+      [ "$comm" = slurmd ] && [[ "$cmd " == *" -N ${base#slurmd-} "* ]] || return 1 ;;
+    *) want=$base ;;
+  esac
+  [ -z "${want:-}" ] || [ "$comm" = "$want" ] || return 1
+  [[ $cmd == *"$D/"* ]] || [ "$base" = slurmdbd ] || return 1
   printf '%s\n' "$pid"
 }
 
@@ -574,6 +585,12 @@ wait_ready() {
   until nodes_ready; do
     if ((SECONDS >= deadline)); then
       sinfo -N 2>&1 | sed 's/^/  /' >&2 || true
+      # what CI shows of it: each daemon's state and the last lines of each slurmd's log
+      cmd_status 2>&1 | sed 's/^/  /' >&2 || true
+      for n in "${NODES[@]}"; do
+        log "last lines of $D/log/slurmd-$n.log:"
+        tail -n 5 "$D/log/slurmd-$n.log" 2>&1 | sed 's/^/  /' >&2 || true
+      done
       die "nodes not ready after ${START_TIMEOUT} s (see $D/log/)"
     fi
     sleep 0.2
@@ -894,6 +911,8 @@ start_ns() {
   nsenter -t "$pid" -n sh -c "ip link set lo up && ip link set ${ROOT_VETH}p name eth0 &&
     ip addr add $ROOT_IP/24 dev eth0 && ip link set eth0 up"
   cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
+  # new namespaces: no daemon of the root runs, every pid file it left names nothing (or another process)
+  rm -f "$HOST_D"/run/*.pid "$HOST_D"/run/mariadb/*.pid
   log "namespaces of $ROOT up (PID 1 = host pid $pid; login node $ROOT_IP)"
 }
 

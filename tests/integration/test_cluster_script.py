@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The local cluster's own script (tests/cluster/cluster.sh) on the LIVE cluster: a pid file naming another daemon
+of the cluster is stale, not proof that its daemon runs.
+
+CI once failed here: its machine kept a root's cluster folder from an earlier run whose namespaces had been killed;
+the new namespaces handed out the same small pids, slurmd-node2.pid named the new munged (whose command line also
+names the cluster's folder), ``start`` took node2's slurmd for running, never started it, and waited 30 s for a
+node that could not come. The test swaps one pid file for a moment and puts it back; the daemons are not touched.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import shutil
+import subprocess
+
+import cluster_target as target
+from deploy_helpers import require_cluster
+
+RUN = os.path.join(target.DIR, 'run')
+
+
+def _status():
+    proc = subprocess.run(['bash', target.CLUSTER, 'status'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, check=False, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, GLM_CLUSTER_RELEASE=target.RELEASE))
+    return proc.returncode, proc.stdout
+
+
+def _line(out, name):
+    return next(line for line in out.splitlines() if line.split()[:1] == [name])
+
+
+def test_a_pid_file_naming_another_daemon_of_the_cluster_is_stale():
+    require_cluster()
+    rc, out = _status()
+    assert rc == 0, out
+    assert 'running' in _line(out, 'slurmd-node2')
+    munged_pid = _line(out, 'munged').split()[-1]
+    node2 = os.path.join(RUN, 'slurmd-node2.pid')
+    saved = node2 + '.test-saved'
+    shutil.copy2(node2, saved)
+    try:
+        with open(node2, 'w') as handle:
+            handle.write(munged_pid + '\n')
+        rc, out = _status()
+    finally:
+        os.replace(saved, node2)
+    assert rc != 0, out
+    assert _line(out, 'slurmd-node2').split()[1] == 'stopped', out
+    assert 'running' in _line(out, 'munged'), out
+    rc, out = _status()
+    assert rc == 0, out
