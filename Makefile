@@ -14,6 +14,8 @@ LINT_VENV := .venv-lint
 # ansible-builder (requirements-ee.txt) and antsibull-docs + Sphinx (requirements-docs.txt), each apart from .venv
 EE_VENV := .venv-ee
 DOCS_VENV := .venv-docs
+# ansible-runner (requirements-runner.txt), apart from .venv, for make runner-test
+RUNNER_VENV := .venv-runner
 DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
@@ -39,7 +41,8 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release
+        pytest-integration sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
+        scaffold-test install-test runner-test
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -67,7 +70,7 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build docs sanity units test-ansible-ci molecule pytest releases ## everything CI runs
+test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test molecule pytest releases ## everything CI runs
 	@echo "make test: all stages passed"
 
 # The whole suite runs on GLM_CLUSTER_RELEASE (above); then every release (bookworm 22.05, trixie 24.11, sid 26.05)
@@ -140,6 +143,19 @@ build: setup $(EE_VENV)/.installed ## the collection tarball, checked (no venv, 
 
 ee: build ## ansible-builder create from meta/execution-environment.yml (the tarball of make build), checked; part of make build
 
+scaffold-test: setup ## the scaffold (ansible-playbook glm.serve.init -e dest=DIR) into folders outside the repo: files, re-run, bad input
+	pytest -p no:cacheprovider -q tests/scaffold < /dev/null
+
+install-test: setup cluster ## the collection as users install it (tarball, git, scaffold folder), deploy/status/teardown from outside the repo
+	tests/tooling/install-test.sh
+
+runner-test: setup cluster $(RUNNER_VENV)/.installed ## the AWX recipe through ansible-runner (an AWX-shaped private data dir) on the local cluster
+	tests/tooling/runner-test.sh
+
+$(RUNNER_VENV)/.installed: requirements-runner.txt constraints.txt tests/tooling/setup-tool-venv.sh
+	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(RUNNER_VENV)" requirements-runner.txt
+	touch $@
+
 # The browser test of the built site, run by make docs and make docs-test.
 DOCS_TEST = tests/docs/setup-chromium.sh && \
 	GLM_DOCS_HTML=$(CURDIR)/$(DOCS_OUT)/html pytest -p no:cacheprovider -q -s tests/docs < /dev/null
@@ -152,4 +168,4 @@ docs-test: setup ## the built site in headless Chromium (installs Debian's chrom
 	$(DOCS_TEST)
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) $(RUNNER_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# The README's AWX recipe, run by the engine AWX and Automation Platform use, ansible-runner, on the local cluster.
+# A private data dir shaped like the one AWX writes for a job:
+#   project/                    the project: a folder from ansible-playbook glm.serve.init, as a user commits it,
+#                               with collections/requirements.yml naming the collection (here: its tarball)
+#   requirements_collections/   what AWX's project sync installs from that file (ansible-galaxy collection install
+#                               -r project/collections/requirements.yml -p ...), given to the job as
+#                               ANSIBLE_COLLECTIONS_PATHS (env/envvars)
+#   inventory/hosts             the inventory (AWX writes its own there)
+#   env/ssh_key                 the machine credential (ansible-runner loads it into an ssh-agent, as AWX does)
+#   env/extravars               the job template's extra variables
+# then `ansible-runner run DIR -p PLAYBOOK` for deploy.yml, status.yml, teardown.yml, and teardown.yml again (the
+# scheduled one, with nothing to stop). Each must end `successful` (artifacts/ID/status, rc 0) with its events
+# recorded, and nothing runner keeps (stdout, job events, env) may hold the API key.
+# Usage: tests/tooling/runner-test.sh   (make runner-test; needs .venv-runner, make build's tarball or builds one, and
+# the local cluster of GLM_CLUSTER_RELEASE running). Prints a table; exit 1 when a step failed. Logs in tests/output/runner/.
+# shellcheck disable=SC2317  # functions called through step "$@"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+venv=$repo/.venv-runner
+logs=$repo/tests/output/runner
+rm -rf "$logs"
+mkdir -p "$logs"
+[ -x "$venv/bin/ansible-runner" ] || { echo "runner-test: no $venv: run make runner-test" >&2; exit 2; }
+
+release_name=${GLM_CLUSTER_RELEASE:-bookworm}
+cluster_env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
+val() { sed -n "s/^export $1=//p" <<< "$cluster_env"; }
+login_home=$(val GLM_CLUSTER_LOGIN_HOME)
+ssh_key=$(val GLM_CLUSTER_SSH_KEY)
+if [ -z "$login_home" ] || [ ! -d "$login_home" ] || [ ! -f "$ssh_key" ]; then
+  echo "runner-test: no local $release_name cluster: run make cluster" >&2
+  exit 2
+fi
+in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+
+work=$(mktemp -d /tmp/glm-runner-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+tarball=$(find "$repo/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' 2> /dev/null | head -n 1 || true)
+if [ -z "$tarball" ]; then
+  "$venv/bin/ansible-galaxy" collection build --output-path "$work/build" "$repo" > "$logs/build.log" 2>&1
+  tarball=$(find "$work/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' | head -n 1)
+fi
+
+rows=()
+failed=0
+step() {  # label command...
+  local label=$1 log="$logs/$1.log" start=$SECONDS rc=0
+  shift
+  "$@" > "$log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    rows+=("$(printf '%-16s %-5s %4ss' "$label" pass $((SECONDS - start)))")
+  else
+    rows+=("$(printf '%-16s %-5s %4ss  see %s' "$label" FAIL $((SECONDS - start)) "$log")")
+    failed=1
+  fi
+  return "$rc"
+}
+fail_row() { rows+=("$(printf '%-16s %-5s        %s' "$1" FAIL "$2")"); failed=1; }
+
+# everything as a job runs under AWX: a clean environment, a home of its own, ansible from the runner venv
+home=$work/home
+mkdir -p "$home"
+clean() { env -i PATH="$venv/bin:/usr/local/bin:/usr/bin:/bin" HOME="$home" LANG=C.UTF-8 "$@" < /dev/null; }
+
+pdd=$work/job
+project=$pdd/project
+make_pdd() {
+  mkdir -p "$pdd/env" "$pdd/inventory"
+  # the project: what glm.serve.init writes (from the collection installed for this user, as a user makes it)
+  clean "$venv/bin/ansible-galaxy" collection install "$tarball" -p "$work/user-collections"
+  (cd "$work" && clean env ANSIBLE_COLLECTIONS_PATH="$work/user-collections" "$venv/bin/ansible-playbook" glm.serve.init -e dest="$project")
+  printf -- '---\ncollections:\n  - name: %s\n    type: file\n' "$tarball" > "$project/collections/requirements.yml"
+  # AWX's project sync
+  (cd "$project" && clean "$venv/bin/ansible-galaxy" collection install -r collections/requirements.yml -p "$pdd/requirements_collections")
+  printf -- '---\nANSIBLE_COLLECTIONS_PATHS: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars"
+  # the inventory AWX hands the job, and the machine credential
+  python3 - "$repo/tests/cluster/cluster.sh" > "$pdd/inventory/hosts" << 'EOF2'
+import subprocess, sys
+env = dict(line[len('export '):].split('=', 1) for line in subprocess.run(
+    ['bash', sys.argv[1], 'env'], capture_output=True, text=True, check=True).stdout.splitlines()
+    if line.startswith('export '))
+print('[training]')
+print("login ansible_host=%s ansible_port=%s ansible_user=glmuser ansible_python_interpreter=/usr/bin/python3 "
+      "ansible_ssh_common_args='-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes'" % (
+          env['GLM_CLUSTER_SSH_HOST'], env['GLM_CLUSTER_SSH_PORT'], env['GLM_CLUSTER_KNOWN_HOSTS']))
+EOF2
+  install -m 0600 "$ssh_key" "$pdd/env/ssh_key"
+  cat > "$pdd/env/extravars" << 'EOF2'
+---
+download_min_free_gb: 1
+server_wait_timeout: 300
+server_wait_sleep: 5
+server_time: "00:30:00"
+glm_work_dir: ~/glm-runner
+glm_download_job_name: runner-dl
+glm_serve_job_name: runner-serve
+server_env: {GLM_STANDIN_SGLANG_LOAD: "2", GLM_STANDIN_SGLANG_WARMUP: "1"}
+EOF2
+  find "$pdd" -maxdepth 2 | sort
+}
+
+# run PLAYBOOK IDENT: ansible-runner run, then its verdict from the artifacts it keeps
+run() {
+  local playbook=$1 ident=$2 art
+  clean "$venv/bin/ansible-runner" run "$pdd" -p "$playbook" --ident "$ident" || true
+  art=$pdd/artifacts/$ident
+  echo "status: $(cat "$art/status" 2> /dev/null) rc: $(cat "$art/rc" 2> /dev/null) events: $(find "$art/job_events" -name '*.json' | wc -l)"
+  [ "$(cat "$art/status")" = successful ] && [ "$(cat "$art/rc")" = 0 ] &&
+    [ "$(find "$art/job_events" -name '*.json' | wc -l)" -gt 0 ]
+}
+
+if step prepare make_pdd; then
+  step deploy run deploy.yml deploy || true
+  grep -q 'ready' "$pdd/artifacts/deploy/stdout" 2> /dev/null || fail_row deploy "no 'ready' in the job's stdout"
+  step status run status.yml status || true
+  step teardown run teardown.yml teardown || true
+  if in_cluster squeue -h -n runner-dl,runner-serve -o %i 2> /dev/null | grep -q .; then fail_row teardown "jobs left"; fi
+  step teardown-again run teardown.yml teardown-again || true
+  grep -qE 'changed=0 ' "$pdd/artifacts/teardown-again/stdout" 2> /dev/null ||
+    fail_row teardown-again "a teardown with nothing to stop changed something"
+  # the key: never in what runner keeps of a job (stdout, events, the command and env it records)
+  key=$(cat "$login_home/glm-runner/api-key" 2> /dev/null || true)
+  if [ -z "$key" ]; then
+    fail_row key "no key in $login_home/glm-runner/api-key"
+  elif grep -rqF "$key" "$pdd/artifacts"; then
+    fail_row key "the API key is in ansible-runner's artifacts: $(grep -rlF "$key" "$pdd/artifacts" | head -n 3 | tr '\n' ' ')"
+  else
+    rows+=("$(printf '%-16s %-5s        %s' key-not-kept pass "($(find "$pdd/artifacts" -type f | wc -l) artifact files read)")")
+  fi
+  cp -r "$pdd/artifacts" "$logs/" 2> /dev/null || true
+  rm -rf "${login_home:?}/glm-runner"
+fi
+
+echo
+echo "ansible-runner $("$venv/bin/ansible-runner" --version) on the local $release_name cluster (an AWX-shaped private data dir; logs in $logs):"
+printf '%-16s %-5s %5s\n' step result time
+printf '%s\n' "${rows[@]}"
+exit "$failed"
