@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: deploy_progress
 short_description: Say in one line where a GLM deploy stands (queued, downloading, loading ...), asking Slurm nothing
-version_added: 0.2.0
+version_added: 1.0.0
 description:
   - Given the jobs of a deploy as M(glm.serve.slurm_job_info) returned them (the download job, then the server job), says
     which phase the deploy is in and how far it got, the same line the sliced wait of M(glm.serve.slurm_job) prints

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: job_log
 short_description: Read the end of a Slurm job's output file, secrets masked, and follow it
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Returns the last O(lines) lines of a job's output file on the host, or, with O(offset), the lines written after that
     byte offset during the next O(wait) seconds (to follow a log in steps of that length).

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: slurm_job
 short_description: Submit, adopt, wait for, probe and cancel a Slurm batch job by name
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Submits a batch script with C(sbatch --parsable) unless a live job of the same O(name) already exists for O(user)
     (the name and the user are the idempotency key), optionally after other jobs (O(dependency)).

@@ -11,7 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 module: slurm_job_info
 short_description: Read Slurm jobs by id, name or user, finished ones too
-version_added: 0.1.0
+version_added: 1.0.0
 description:
   - Lists jobs with C(squeue -t all) (so finished jobs too, while the controller remembers them, see C(MinJobAge)),
     then reads each job's output file path and exit code with C(scontrol show job).

@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 name: regex_pattern
 short_description: Is the value a valid Python regular expression?
-version_added: 0.1.0
+version_added: 1.0.0
 author:
   - glm.serve maintainers (@glm-serve)
 description:
