@@ -8,7 +8,7 @@
 #                               with collections/requirements.yml naming the collection (here: its tarball)
 #   requirements_collections/   what AWX's project sync installs from that file (ansible-galaxy collection install
 #                               -r project/collections/requirements.yml -p ...), given to the job as
-#                               ANSIBLE_COLLECTIONS_PATHS (env/envvars)
+#                               ANSIBLE_COLLECTIONS_PATH (env/envvars)
 #   inventory/hosts             the inventory (AWX writes its own there)
 #   env/ssh_key                 the machine credential (ansible-runner loads it into an ssh-agent, as AWX does)
 #   env/extravars               the job template's extra variables
@@ -77,7 +77,7 @@ make_pdd() {
   printf -- '---\ncollections:\n  - name: %s\n    type: file\n' "$tarball" > "$project/collections/requirements.yml"
   # AWX's project sync
   (cd "$project" && clean "$venv/bin/ansible-galaxy" collection install -r collections/requirements.yml -p "$pdd/requirements_collections")
-  printf -- '---\nANSIBLE_COLLECTIONS_PATHS: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars"
+  printf -- '---\nANSIBLE_COLLECTIONS_PATH: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars"
   # the inventory AWX hands the job, and the machine credential
   python3 - "$repo/tests/cluster/cluster.sh" > "$pdd/inventory/hosts" << 'EOF2'
 import subprocess, sys
