@@ -805,9 +805,11 @@ def collection_without_mounts(tmp, templates):
 
 
 def image_problem(path):
-    """unsquashfs -s on PATH, as download.sbatch checks it: '' when whole, else what is wrong."""
-    proc = subprocess.run(['unsquashfs', '-s', path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, check=False)
+    """unsquashfs -s on PATH, as download.sbatch checks it: '' when whole, else what is wrong. Run where the cluster's
+    squashfs-tools are (inside a root for trixie/sid, whose path of the file is the host's: the host may have none)."""
+    proc = subprocess.run(target.slurm_argv(['unsquashfs', '-s', path]), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, check=False, env=target.slurm_env(),
+                          stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         return proc.stdout.strip()
     used = [int(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith('Filesystem size ')]

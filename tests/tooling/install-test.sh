@@ -97,7 +97,7 @@ lifecycle() {
   # nothing changed: nothing submitted either (a submission is a change)
   if grep -qE ' changed=[1-9]' "$logs/$round-redeploy.log"; then fail_row "$round" redeploy "a second deploy changed something"; fi
   step "$round" status "$@" status || true
-  grep -q 'ready' "$logs/$round-status.log" || fail_row "$round" status "status does not say the server is ready"
+  grep -q 'answers (HTTP 200 with the key' "$logs/$round-status.log" || fail_row "$round" status "status does not say the server answers with the key"
   step "$round" teardown "$@" teardown || true
   if in_cluster squeue -h -n "install-$round-dl,install-$round-serve" -o %i 2> /dev/null | grep -q .; then
     fail_row "$round" teardown "jobs left after the teardown"

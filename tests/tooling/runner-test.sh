@@ -116,8 +116,11 @@ run() {
 
 if step prepare make_pdd; then
   step deploy run deploy.yml deploy || true
-  grep -q 'ready' "$pdd/artifacts/deploy/stdout" 2> /dev/null || fail_row deploy "no 'ready' in the job's stdout"
+  # the progress lines reach the job's output (what AWX shows while it waits)
+  grep -q 'ready: http://' "$pdd/artifacts/deploy/stdout" 2> /dev/null || fail_row deploy "no 'ready: http://' progress line in the job's stdout"
   step status run status.yml status || true
+  grep -q 'answers (HTTP 200 with the key' "$pdd/artifacts/status/stdout" 2> /dev/null ||
+    fail_row status "status does not say the server answers with the key"
   step teardown run teardown.yml teardown || true
   if in_cluster squeue -h -n runner-dl,runner-serve -o %i 2> /dev/null | grep -q .; then fail_row teardown "jobs left"; fi
   step teardown-again run teardown.yml teardown-again || true
