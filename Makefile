@@ -70,7 +70,7 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test molecule pytest releases ## everything CI runs
+test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test install-test runner-test molecule pytest releases ## everything CI runs
 	@echo "make test: all stages passed"
 
 # The whole suite runs on GLM_CLUSTER_RELEASE (above); then every release (bookworm 22.05, trixie 24.11, sid 26.05)

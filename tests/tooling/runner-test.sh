@@ -65,18 +65,22 @@ fail_row() { rows+=("$(printf '%-16s %-5s        %s' "$1" FAIL "$2")"); failed=1
 # everything as a job runs under AWX: a clean environment, a home of its own, ansible from the runner venv
 home=$work/home
 mkdir -p "$home"
-clean() { env -i PATH="$venv/bin:/usr/local/bin:/usr/bin:/bin" HOME="$home" LANG=C.UTF-8 "$@" < /dev/null; }
+# (from outside the repository: an ansible.cfg in the current directory would be read)
+clean() { (cd "$work" && env -i PATH="$venv/bin:/usr/local/bin:/usr/bin:/bin" HOME="$home" LANG=C.UTF-8 "$@" < /dev/null); }
 
 pdd=$work/job
 project=$pdd/project
 make_pdd() {
   mkdir -p "$pdd/env" "$pdd/inventory"
   # the project: what glm.serve.init writes (from the collection installed for this user, as a user makes it)
-  clean "$venv/bin/ansible-galaxy" collection install "$tarball" -p "$work/user-collections"
-  (cd "$work" && clean env ANSIBLE_COLLECTIONS_PATH="$work/user-collections" "$venv/bin/ansible-playbook" glm.serve.init -e dest="$project")
-  printf -- '---\ncollections:\n  - name: %s\n    type: file\n' "$tarball" > "$project/collections/requirements.yml"
+  clean "$venv/bin/ansible-galaxy" collection install "$tarball" -p "$work/user-collections" || return 1
+  clean env ANSIBLE_COLLECTIONS_PATH="$work/user-collections" "$venv/bin/ansible-playbook" glm.serve.init \
+    -e dest="$project" || return 1
+  printf -- '---\ncollections:\n  - name: %s\n    type: file\n' "$tarball" > "$project/collections/requirements.yml" || return 1
   # AWX's project sync
-  (cd "$project" && clean "$venv/bin/ansible-galaxy" collection install -r collections/requirements.yml -p "$pdd/requirements_collections")
+  clean "$venv/bin/ansible-galaxy" collection install -r "$project/collections/requirements.yml" \
+    -p "$pdd/requirements_collections" || return 1
+  [ -f "$pdd/requirements_collections/ansible_collections/glm/serve/MANIFEST.json" ] || return 1
   printf -- '---\nANSIBLE_COLLECTIONS_PATH: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars"
   # the inventory AWX hands the job, and the machine credential
   python3 - "$repo/tests/cluster/cluster.sh" > "$pdd/inventory/hosts" << 'EOF2'
@@ -89,7 +93,8 @@ print("login ansible_host=%s ansible_port=%s ansible_user=glmuser ansible_python
       "ansible_ssh_common_args='-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes'" % (
           env['GLM_CLUSTER_SSH_HOST'], env['GLM_CLUSTER_SSH_PORT'], env['GLM_CLUSTER_KNOWN_HOSTS']))
 EOF2
-  install -m 0600 "$ssh_key" "$pdd/env/ssh_key"
+  grep -q '^login ansible_host=' "$pdd/inventory/hosts" || return 1
+  install -m 0600 "$ssh_key" "$pdd/env/ssh_key" || return 1
   cat > "$pdd/env/extravars" << 'EOF2'
 ---
 download_min_free_gb: 1
