@@ -53,8 +53,9 @@ def slow():
     require_cluster()
     scancel_names(NAMES)
     shutil.rmtree(os.path.join(login_home(), WORK), ignore_errors=True)
-    _switch('hf-delay', 4)       # 13 files: about 52 s of download (the deploy must still see it cross 3 intervals
-                                 # after the first deploy, a status and its own start, on a loaded 2-core machine)
+    # 13 files: about 52 s of download (the deploy must still see it cross 3 intervals after the first deploy, a
+    # status and its own start, on a loaded 2-core machine)
+    _switch('hf-delay', 4)
     _switch('sglang-load', 12)   # 8 shards, 1.5 s each
     try:
         yield

@@ -15,13 +15,13 @@ import tarfile
 FORBIDDEN = re.compile(r'(^|/)(\.venv[^/]*|\.collections|\.cache|__pycache__|\.pytest_cache|\.git|\.molecule|tests/output)(/|$)|\.pyc$')
 
 # Top-level entries a user's tarball may hold: folders (with anything below) and files. MANIFEST.json and
-# FILES.json are written by ansible-galaxy itself; CHANGELOG.rst once antsibull-changelog has made a release.
+# FILES.json are written by ansible-galaxy itself; CHANGELOG.rst by antsibull-changelog (a release).
 ALLOWED_DIRS = {'meta', 'plugins', 'roles', 'playbooks', 'docs', 'LICENSES'}
 ALLOWED_FILES = {'MANIFEST.json', 'FILES.json', 'README.md', 'REUSE.toml', 'requirements.txt',
                  'CHANGELOG.rst', 'changelogs/changelog.yaml'}
 # What must be there for the collection to be what it says it is.
 REQUIRED = {'MANIFEST.json', 'FILES.json', 'README.md', 'LICENSES/GPL-3.0-or-later.txt', 'meta/runtime.yml',
-            'plugins', 'roles', 'playbooks', 'changelogs/changelog.yaml'}
+            'plugins', 'roles', 'playbooks', 'changelogs/changelog.yaml', 'CHANGELOG.rst'}
 
 
 def content_problems(names):
