@@ -63,7 +63,7 @@ alive() {
 # line names $D (every daemon here gets a path in $D, but slurmdbd, which takes none). A stale pid file whose pid now
 # belongs to another process is neither reported as running nor signalled: after a reboot, and in a root whose
 # namespaces were killed, where the new namespace hands out the same small pids again (CI once found slurmd-node2.pid
-# naming the new munged, took node2's slurmd for running and never started it).
+# naming the new munged, took node2's slurmd for running and never started it), and a pid of another cluster's daemon.
 live_pid() {
   local f=$1 pid cmd comm want base
   [ -s "$f" ] || return 1
@@ -81,6 +81,9 @@ live_pid() {
   esac
   [ -z "${want:-}" ] || [ "$comm" = "$want" ] || return 1
   [[ $cmd == *"$D/"* ]] || [ "$base" = slurmdbd ] || return 1
+  # and of this cluster: the host's and every root's daemons have the same names and folder ($D is
+  # /var/lib/glm-cluster in each), and the host sees a root's processes; a root's run in its own pid namespace
+  [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$(readlink /proc/self/ns/pid)" ] || return 1
   printf '%s\n' "$pid"
 }
 

@@ -72,14 +72,17 @@ def test_it_writes_the_folder_and_its_files_parse(home, tmp_path):
         plays = yaml.safe_load((dest / ('%s.yml' % name)).read_text())
         assert plays == [{'name': 'Run glm.serve.%s' % name, 'ansible.builtin.import_playbook': 'glm.serve.%s' % name}]
     reqs = yaml.safe_load((dest / 'collections' / 'requirements.yml').read_text())
-    assert reqs == {'collections': [{'name': 'glm.serve'}]}
+    version = yaml.safe_load(open(os.path.join(REPO, 'galaxy.yml')))['version']
+    major = int(version.split('.')[0])
+    assert reqs == {'collections': [{'name': 'glm.serve', 'version': '>=%s,<%d.0.0' % (version, major + 1)}]}
     for path in FILES:
         assert oct((dest / path).stat().st_mode & 0o777) == '0o644'
 
 
 def test_the_folder_runs_with_its_own_ansible_cfg_and_inventory(home, tmp_path):
     """From the folder, with the collection in its ./collections (as requirements.yml installs it) and nowhere
-    else: the inventory is the one ansible.cfg names, and every playbook resolves glm.serve's."""
+    else: ansible.cfg is the folder's (its inventory and collections path are in force), and every playbook, run
+    without -i, resolves glm.serve's and targets the folder's login node."""
     dest = tmp_path / 'ops'
     init(tmp_path, ansible_env(home), '-e', 'dest=%s' % dest, '-e', 'init_host=login1',
          '-e', 'init_python=/usr/bin/python3')
@@ -88,19 +91,25 @@ def test_the_folder_runs_with_its_own_ansible_cfg_and_inventory(home, tmp_path):
     link = dest / 'collections' / 'ansible_collections' / 'glm' / 'serve'
     link.parent.mkdir(parents=True)
     link.symlink_to(REPO)
+    config = run(['ansible-config', 'dump', '--only-changed'], dest, env).stdout
+    assert 'COLLECTIONS_PATHS(%s/ansible.cfg)' % dest in config, config
+    assert 'DEFAULT_HOST_LIST(%s/ansible.cfg) = [%s]' % (dest, repr(str(dest / 'training'))) in config, config
     inventory = json.loads(run(['ansible-inventory', '--list'], dest, env).stdout)
     assert inventory['training']['hosts'] == ['login1']
     assert inventory['_meta']['hostvars']['login1'] == {'ansible_python_interpreter': '/usr/bin/python3'}
     for name in PLAYBOOKS:
-        proc = run(['ansible-playbook', '%s.yml' % name, '-i', 'training', '--list-tasks'], dest, env)
+        proc = run(['ansible-playbook', '%s.yml' % name, '--list-hosts', '--list-tasks'], dest, env)
         assert 'glm.serve' in proc.stdout, proc.stdout
+        assert 'login1' in proc.stdout, proc.stdout
 
 
 def test_a_second_run_changes_nothing_and_keeps_the_users_edits(home, tmp_path):
     env = ansible_env(home)
     dest = tmp_path / 'ops'
     init(tmp_path, env, '-e', 'dest=%s' % dest)
-    edited = (dest / 'training').read_text().replace('[training]\ntraining\n', '[training]\nmy-login ansible_port=2200\n')
+    original = (dest / 'training').read_text()
+    edited = original.replace('[training]\ntraining\n', '[training]\nmy-login ansible_port=2200\n')
+    assert edited != original
     (dest / 'training').write_text(edited)
     (dest / 'deploy.yml').write_text('# mine\n')
     before = {p: (dest / p).read_bytes() for p in FILES}
@@ -177,3 +186,29 @@ def test_the_collection_is_needed_only_where_ansible_finds_it(tmp_path):
     assert 'glm.serve.init' in proc.stdout
     assert not (tmp_path / 'ops').exists()
     shutil.rmtree(str(bare))
+
+
+def test_a_folder_of_the_users_keeps_its_mode(home, tmp_path):
+    """A private folder (0700) stays private, and a run into it changes nothing but the files it writes."""
+    env = ansible_env(home)
+    dest = tmp_path / 'ops'
+    dest.mkdir(mode=0o700)
+    dest.chmod(0o700)
+    init(tmp_path, env, '-e', 'dest=%s' % dest)
+    assert oct(dest.stat().st_mode & 0o777) == '0o700'
+    assert oct((dest / 'collections').stat().st_mode & 0o777) == '0o755'
+    (dest / 'collections').chmod(0o700)
+    out = init(tmp_path, env, '-e', 'dest=%s' % dest).stdout
+    assert recap_changed(out) == 0, out
+    assert oct((dest / 'collections').stat().st_mode & 0o777) == '0o700'
+
+
+def test_settings_that_would_inject_inventory_lines_are_refused(home, tmp_path):
+    env = ansible_env(home)
+    dest = tmp_path / 'ops'
+    for bad in ({'init_python': '/usr/bin/python3\n[all:vars]\nx=1'}, {'init_host': '-oProxyCommand=x'},
+                {'init_host': 'login\nevil'}):
+        proc = init(tmp_path, env, '-e', 'dest=%s' % dest, '-e', json.dumps(bad), check=False)
+        assert proc.returncode != 0, (bad, proc.stdout)
+        assert 'is not valid' in proc.stdout, (bad, proc.stdout)
+        assert not dest.exists()

@@ -39,13 +39,23 @@ in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
 
 tarball=$(find "$repo/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' 2> /dev/null | head -n 1 || true)
 work=$(mktemp -d /tmp/glm-install-test.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# whatever happens: no job of a round left on the cluster, no work dir left in the login home
+cleanup() {
+  in_cluster scancel -n install-tarball-dl,install-tarball-serve,install-git-dl,install-git-serve,install-scaffold-dl,install-scaffold-serve \
+    > /dev/null 2>&1 || true
+  rm -rf "${login_home:?}"/glm-install-tarball "${login_home:?}"/glm-install-git "${login_home:?}"/glm-install-scaffold "$work"
+}
+trap cleanup EXIT
 if [ -z "$tarball" ]; then
   "$bin/ansible-galaxy" collection build --output-path "$work/build" "$repo" > "$logs/build.log" 2>&1
   tarball=$(find "$work/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' | head -n 1)
 fi
 version=$(basename "$tarball" .tar.gz)
 version=${version#glm-serve-}
+if [ "$version" != "$(sed -n 's/^version: *//p' "$repo/galaxy.yml")" ]; then
+  echo "install-test: $tarball is not galaxy.yml's version: run make build" >&2
+  exit 2
+fi
 
 rows=()
 failed=0
@@ -90,18 +100,31 @@ standin_env='{"server_env": {"GLM_STANDIN_SGLANG_LOAD": "2", "GLM_STANDIN_SGLANG
 
 # the four steps of a round: $1 round, $2.. the command that runs a playbook given its name (deploy, status, teardown)
 lifecycle() {
-  local round=$1
+  local round=$1 left key
   shift
-  step "$round" deploy "$@" deploy || return 0
-  step "$round" redeploy "$@" deploy || true
-  # nothing changed: nothing submitted either (a submission is a change)
-  if grep -qE ' changed=[1-9]' "$logs/$round-redeploy.log"; then fail_row "$round" redeploy "a second deploy changed something"; fi
-  step "$round" status "$@" status || true
-  grep -q 'answers (HTTP 200 with the key' "$logs/$round-status.log" || fail_row "$round" status "status does not say the server answers with the key"
-  step "$round" teardown "$@" teardown || true
-  if in_cluster squeue -h -n "install-$round-dl,install-$round-serve" -o %i 2> /dev/null | grep -q .; then
-    fail_row "$round" teardown "jobs left after the teardown"
+  if step "$round" deploy "$@" deploy; then
+    step "$round" redeploy "$@" deploy || true
+    # nothing changed: nothing submitted either (a submission is a change)
+    if grep -qE ' changed=[1-9]' "$logs/$round-redeploy.log"; then fail_row "$round" redeploy "a second deploy changed something"; fi
+    step "$round" status "$@" status || true
+    grep -q 'answers (HTTP 200 with the key' "$logs/$round-status.log" ||
+      fail_row "$round" status "status does not say the server answers with the key"
   fi
+  # torn down even after a failed deploy: nothing of the round stays on the cluster
+  step "$round" teardown "$@" teardown || true
+  if ! left=$(in_cluster squeue -h -n "install-$round-dl,install-$round-serve" -o %i 2>&1); then
+    fail_row "$round" teardown "squeue failed: $left"
+  elif [ -n "$left" ]; then
+    fail_row "$round" teardown "jobs left after the teardown: $left"
+  fi
+  # the key: never in what the user saw (every log of the round)
+  key=$(cat "$login_home/glm-install-$round/api-key" 2> /dev/null || true)
+  if [ -z "$key" ]; then
+    fail_row "$round" key "no key in $login_home/glm-install-$round/api-key"
+  elif grep -qF "$key" "$logs/$round"-*.log; then
+    fail_row "$round" key "the API key is in the output: $(grep -lF "$key" "$logs/$round"-*.log | tr '\n' ' ')"
+  fi
+  in_cluster scancel -n "install-$round-dl,install-$round-serve" > /dev/null 2>&1 || true
   rm -rf "${login_home:?}/glm-install-$round"
 }
 
@@ -154,7 +177,7 @@ EOF2
 init_again() {  # changes nothing, keeps the edit
   local before after
   before=$(cat "$cwd/ops/training")
-  user ansible-playbook glm.serve.init -e dest=ops
+  user ansible-playbook glm.serve.init -e dest=ops || return 1
   after=$(cat "$cwd/ops/training")
   [ "$before" = "$after" ] || { echo "init changed the edited training file"; return 1; }
 }
@@ -164,7 +187,7 @@ if step scaffold install user ansible-galaxy collection install "$tarball" &&
    step scaffold edit edit_training; then
   lifecycle scaffold pb_line
   step scaffold init-again init_again || true
-  grep -qE 'localhost +: ok=[0-9]+ +changed=0 ' "$logs/scaffold-init-again.log" ||
+  grep -qE 'localhost +: ok=[0-9]+ +changed=0 +unreachable=0 +failed=0 ' "$logs/scaffold-init-again.log" ||
     fail_row scaffold init-again "the second init changed something"
 fi
 

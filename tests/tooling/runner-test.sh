@@ -39,7 +39,12 @@ fi
 in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
 
 work=$(mktemp -d /tmp/glm-runner-test.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# whatever happens: no job of the test left on the cluster, no work dir left in the login home
+cleanup() {
+  in_cluster scancel -n runner-dl,runner-serve > /dev/null 2>&1 || true
+  rm -rf "${login_home:?}/glm-runner" "$work"
+}
+trap cleanup EXIT
 tarball=$(find "$repo/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' 2> /dev/null | head -n 1 || true)
 if [ -z "$tarball" ]; then
   "$venv/bin/ansible-galaxy" collection build --output-path "$work/build" "$repo" > "$logs/build.log" 2>&1
@@ -81,7 +86,8 @@ make_pdd() {
   clean "$venv/bin/ansible-galaxy" collection install -r "$project/collections/requirements.yml" \
     -p "$pdd/requirements_collections" || return 1
   [ -f "$pdd/requirements_collections/ansible_collections/glm/serve/MANIFEST.json" ] || return 1
-  printf -- '---\nANSIBLE_COLLECTIONS_PATH: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars"
+  printf -- '---\nANSIBLE_COLLECTIONS_PATH: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars" ||
+    return 1
   # the inventory AWX hands the job, and the machine credential
   python3 - "$repo/tests/cluster/cluster.sh" > "$pdd/inventory/hosts" << 'EOF2'
 import subprocess, sys
@@ -106,6 +112,7 @@ glm_download_job_name: runner-dl
 glm_serve_job_name: runner-serve
 server_env: {GLM_STANDIN_SGLANG_LOAD: "2", GLM_STANDIN_SGLANG_WARMUP: "1"}
 EOF2
+  [ -s "$pdd/env/extravars" ] || return 1
   find "$pdd" -maxdepth 2 | sort
 }
 
@@ -127,16 +134,28 @@ if step prepare make_pdd; then
   grep -q 'answers (HTTP 200 with the key' "$pdd/artifacts/status/stdout" 2> /dev/null ||
     fail_row status "status does not say the server answers with the key"
   step teardown run teardown.yml teardown || true
-  if in_cluster squeue -h -n runner-dl,runner-serve -o %i 2> /dev/null | grep -q .; then fail_row teardown "jobs left"; fi
+  if ! left=$(in_cluster squeue -h -n runner-dl,runner-serve -o %i 2>&1); then
+    fail_row teardown "squeue failed: $left"
+  elif [ -n "$left" ]; then
+    fail_row teardown "jobs left after the teardown: $left"
+  fi
   step teardown-again run teardown.yml teardown-again || true
-  grep -qE 'changed=0 ' "$pdd/artifacts/teardown-again/stdout" 2> /dev/null ||
-    fail_row teardown-again "a teardown with nothing to stop changed something"
+  # the login node's recap line: nothing changed, nothing failed (localhost's, of the host check, always reads changed=0)
+  grep -qE '^login +: ok=[0-9]+ +changed=0 +unreachable=0 +failed=0 ' "$pdd/artifacts/teardown-again/stdout" 2> /dev/null ||
+    fail_row teardown-again "a teardown with nothing to stop changed something, or failed"
   # the key: never in what runner keeps of a job (stdout, events, the command and env it records)
   key=$(cat "$login_home/glm-runner/api-key" 2> /dev/null || true)
+  files=$(find "$pdd/artifacts" -type f 2> /dev/null | wc -l)
+  rc=0
+  grep -rqF "$key" "$pdd/artifacts" 2> /dev/null || rc=$?
   if [ -z "$key" ]; then
     fail_row key "no key in $login_home/glm-runner/api-key"
-  elif grep -rqF "$key" "$pdd/artifacts"; then
+  elif [ "$files" -lt 10 ]; then
+    fail_row key "only $files artifact files: nothing to look for the key in"
+  elif [ "$rc" -eq 0 ]; then
     fail_row key "the API key is in ansible-runner's artifacts: $(grep -rlF "$key" "$pdd/artifacts" | head -n 3 | tr '\n' ' ')"
+  elif [ "$rc" -ne 1 ]; then
+    fail_row key "grep failed (rc $rc) reading the artifacts"
   else
     rows+=("$(printf '%-16s %-5s        %s' key-not-kept pass "($(find "$pdd/artifacts" -type f | wc -l) artifact files read)")")
   fi
