@@ -23,21 +23,10 @@ logs=$repo/tests/output/install
 rm -rf "$logs"
 mkdir -p "$logs"
 
-release_name=${GLM_CLUSTER_RELEASE:-bookworm}
-cluster_env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
-val() { sed -n "s/^export $1=//p" <<< "$cluster_env"; }
-login_home=$(val GLM_CLUSTER_LOGIN_HOME)
-ssh_host=$(val GLM_CLUSTER_SSH_HOST)
-ssh_port=$(val GLM_CLUSTER_SSH_PORT)
-ssh_key=$(val GLM_CLUSTER_SSH_KEY)
-known_hosts=$(val GLM_CLUSTER_KNOWN_HOSTS)
-if [ -z "$login_home" ] || [ ! -d "$login_home" ] || [ ! -f "$ssh_key" ]; then
-  echo "install-test: no local $release_name cluster: run make cluster" >&2
-  exit 2
-fi
-in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+# shellcheck source=tests/tooling/local-cluster-lib.sh
+. tests/tooling/local-cluster-lib.sh
+need_cluster install-test
 
-tarball=$(find "$repo/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' 2> /dev/null | head -n 1 || true)
 work=$(mktemp -d /tmp/glm-install-test.XXXXXX)
 # whatever happens: no job of a round left on the cluster, no work dir left in the login home
 cleanup() {
@@ -46,16 +35,7 @@ cleanup() {
   rm -rf "${login_home:?}"/glm-install-tarball "${login_home:?}"/glm-install-git "${login_home:?}"/glm-install-scaffold "$work"
 }
 trap cleanup EXIT
-if [ -z "$tarball" ]; then
-  "$bin/ansible-galaxy" collection build --output-path "$work/build" "$repo" > "$logs/build.log" 2>&1
-  tarball=$(find "$work/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' | head -n 1)
-fi
-version=$(basename "$tarball" .tar.gz)
-version=${version#glm-serve-}
-if [ "$version" != "$(sed -n 's/^version: *//p' "$repo/galaxy.yml")" ]; then
-  echo "install-test: $tarball is not galaxy.yml's version: run make build" >&2
-  exit 2
-fi
+find_tarball install-test "$bin/ansible-galaxy" "$work/build" "$logs/build.log"
 
 rows=()
 failed=0

@@ -27,16 +27,9 @@ rm -rf "$logs"
 mkdir -p "$logs"
 [ -x "$venv/bin/ansible-runner" ] || { echo "runner-test: no $venv: run make runner-test" >&2; exit 2; }
 
-release_name=${GLM_CLUSTER_RELEASE:-bookworm}
-cluster_env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
-val() { sed -n "s/^export $1=//p" <<< "$cluster_env"; }
-login_home=$(val GLM_CLUSTER_LOGIN_HOME)
-ssh_key=$(val GLM_CLUSTER_SSH_KEY)
-if [ -z "$login_home" ] || [ ! -d "$login_home" ] || [ ! -f "$ssh_key" ]; then
-  echo "runner-test: no local $release_name cluster: run make cluster" >&2
-  exit 2
-fi
-in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+# shellcheck source=tests/tooling/local-cluster-lib.sh
+. tests/tooling/local-cluster-lib.sh
+need_cluster runner-test
 
 work=$(mktemp -d /tmp/glm-runner-test.XXXXXX)
 # whatever happens: no job of the test left on the cluster, no work dir left in the login home
@@ -45,11 +38,7 @@ cleanup() {
   rm -rf "${login_home:?}/glm-runner" "$work"
 }
 trap cleanup EXIT
-tarball=$(find "$repo/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' 2> /dev/null | head -n 1 || true)
-if [ -z "$tarball" ]; then
-  "$venv/bin/ansible-galaxy" collection build --output-path "$work/build" "$repo" > "$logs/build.log" 2>&1
-  tarball=$(find "$work/build" -maxdepth 1 -name 'glm-serve-*.tar.gz' | head -n 1)
-fi
+find_tarball runner-test "$venv/bin/ansible-galaxy" "$work/build" "$logs/build.log"
 
 rows=()
 failed=0
@@ -89,17 +78,9 @@ make_pdd() {
   printf -- '---\nANSIBLE_COLLECTIONS_PATH: %s\nANSIBLE_NOCOLOR: "1"\n' "$pdd/requirements_collections" > "$pdd/env/envvars" ||
     return 1
   # the inventory AWX hands the job, and the machine credential
-  python3 - "$repo/tests/cluster/cluster.sh" > "$pdd/inventory/hosts" << 'EOF2'
-import subprocess, sys
-env = dict(line[len('export '):].split('=', 1) for line in subprocess.run(
-    ['bash', sys.argv[1], 'env'], capture_output=True, text=True, check=True).stdout.splitlines()
-    if line.startswith('export '))
-print('[training]')
-print("login ansible_host=%s ansible_port=%s ansible_user=glmuser ansible_python_interpreter=/usr/bin/python3 "
-      "ansible_ssh_common_args='-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes'" % (
-          env['GLM_CLUSTER_SSH_HOST'], env['GLM_CLUSTER_SSH_PORT'], env['GLM_CLUSTER_KNOWN_HOSTS']))
-EOF2
-  grep -q '^login ansible_host=' "$pdd/inventory/hosts" || return 1
+  { echo '[training]'
+    printf "login ansible_host=%s ansible_port=%s ansible_user=glmuser ansible_python_interpreter=/usr/bin/python3 ansible_ssh_common_args='-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes'\n" \
+      "$ssh_host" "$ssh_port" "$known_hosts"; } > "$pdd/inventory/hosts" || return 1
   install -m 0600 "$ssh_key" "$pdd/env/ssh_key" || return 1
   cat > "$pdd/env/extravars" << 'EOF2'
 ---
