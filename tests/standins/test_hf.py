@@ -167,3 +167,22 @@ def test_models_ls_lists_exact_sizes():
     assert len(entries) == 13 and all(sizes[s] == 256 * 1024 for s in SHARDS)
     assert all(e["lfs"]["size"] == e["size"] for e in entries if e["path"] in SHARDS)
     assert all("lfs" not in e for e in entries if e["path"] not in SHARDS)
+
+
+def test_gate_holds_the_download_until_the_file_appears(tmp_path):
+    local = tmp_path / "GLM"
+    proc = subprocess.Popen([PYTHON, HF, "download", SEED_MODEL, "--local-dir", str(local)],
+                            env=standin_env(tmp_path / "control", GLM_STANDIN_HF_GATE="go"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: (local / ".cache" / "huggingface").is_dir())
+        time.sleep(2)
+        assert proc.poll() is None                     # still behind the gate
+        assert fetched(local) == [] and not (local / "config.json").exists()
+        (local / ".cache" / "huggingface" / "go").write_text("", encoding="utf-8")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert len(fetched(local)) == 13

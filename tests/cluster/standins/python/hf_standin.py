@@ -39,6 +39,11 @@ directory ${GLM_STANDIN_CONTROL:-/var/lib/glm-cluster/control} (the file's conte
                                                           left on device, exit 1.
   file hf-shards         env GLM_STANDIN_HF_SHARDS         number of shards (default 8).
   file hf-shard-kib      env GLM_STANDIN_HF_SHARD_KIB      size of each shard in KiB (default 256).
+  file hf-gate           env GLM_STANDIN_HF_GATE           a file name: before fetching anything, wait until
+                                                          DIR/.cache/huggingface/NAME exists (a test opens the
+                                                          gate when it wants the download to go on; a job that
+                                                          stays behind it is a live download for as long as the
+                                                          test needs, whatever the machine's speed).
 COUNTING: each file actually fetched (not skipped) appends one line `fetched NAME` to
 DIR/.cache/huggingface/standin-fetch.log, so a test can prove that a rerun did not fetch complete shards again.
 """
@@ -290,6 +295,9 @@ def download(args):
         handle.write("*\n")
     if args.dry_run:
         return dry_run(args, files)
+    gate = switch("hf-gate")
+    while gate and not os.path.exists(os.path.join(cache, os.path.basename(gate))):
+        time.sleep(0.5)
     total = len(files)
     desc = "Fetching %d files" % total
     started = time.time()
