@@ -175,7 +175,7 @@ def test_gate_holds_the_download_until_the_file_appears(tmp_path):
                             env=standin_env(tmp_path / "control", GLM_STANDIN_HF_GATE="go"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: (local / ".cache" / "huggingface").is_dir())
+        wait_for((local / ".cache" / "huggingface").is_dir)
         time.sleep(2)
         assert proc.poll() is None                     # still behind the gate
         assert fetched(local) == [] and not (local / "config.json").exists()
