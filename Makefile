@@ -16,6 +16,8 @@ EE_VENV := .venv-ee
 DOCS_VENV := .venv-docs
 # ansible-runner (requirements-runner.txt), apart from .venv, for make runner-test
 RUNNER_VENV := .venv-runner
+# SGLang's Model Gateway (requirements-router.txt), the real router of tests/router
+ROUTER_VENV := .venv-router
 DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
@@ -120,8 +122,8 @@ test-ansible-ci: setup cluster ## the same on the oldest and the newest claimed 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
 	tests/sglang_cli/setup.sh
 
-pytest: setup cluster sglang-cli ## pytest: stand-ins, and integration on the local cluster
-	pytest -p no:cacheprovider tests/standins tests/integration < /dev/null
+pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins, the router launcher, and integration on the local cluster
+	pytest -p no:cacheprovider tests/standins tests/router tests/integration < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output
@@ -162,6 +164,10 @@ $(RUNNER_VENV)/.installed: requirements-runner.txt constraints.txt tests/tooling
 	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(RUNNER_VENV)" requirements-runner.txt
 	touch $@
 
+$(ROUTER_VENV)/.installed: requirements-router.txt constraints.txt tests/tooling/setup-tool-venv.sh
+	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(ROUTER_VENV)" requirements-router.txt
+	touch $@
+
 # The browser test of the built site, run by make docs and make docs-test.
 DOCS_TEST = tests/docs/setup-chromium.sh && \
 	GLM_DOCS_HTML=$(CURDIR)/$(DOCS_OUT)/html pytest -p no:cacheprovider -q -s tests/docs < /dev/null
@@ -174,4 +180,4 @@ docs-test: setup ## the built site in headless Chromium (installs Debian's chrom
 	$(DOCS_TEST)
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) $(RUNNER_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) $(RUNNER_VENV) $(ROUTER_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix

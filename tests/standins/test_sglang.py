@@ -137,6 +137,30 @@ def test_config_file_key_and_cli_override(servers, model_dir, tmp_path):
     assert "'api_key': 'from-config'" in server.out
 
 
+def test_server_info_and_model_info_as_0_5_21(servers, model_dir, tmp_path):
+    """What SGLang's Model Gateway reads when a worker registers: /server_info (the resolved args, the key in them,
+    so it needs the key) and /model_info, each with its deprecated /get_ alias; GET only."""
+    config = tmp_path / "serve.yaml"
+    config.write_text("api-key: '%s'\n" % KEY, encoding="utf-8")
+    server = servers(["--model-path", str(model_dir), "--tp-size", "8", "--served-model-name", "glm-5.3-flash",
+                      "--config", str(config), "--host", "127.0.0.1"], GLM_STANDIN_SGLANG_WARMUP="0")
+    server.wait_ready()
+    for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info"):
+        assert server.get(path)[0] == 401, path
+        assert server.post(path, {}, key=KEY)[0] == 405, path
+    info = json.loads(server.get("/server_info", key=KEY)[1])
+    assert info == json.loads(server.get("/get_server_info", key=KEY)[1])
+    assert info["served_model_name"] == "glm-5.3-flash" and info["tp_size"] == 8 and info["api_key"] == KEY
+    assert "--api-key %s" % KEY in info["launch_command"] and "--config" not in info["launch_command"]
+    assert info["version"] == "0.5.21" and info["status"] == "ready" and info["frontend"] == "python"
+    assert info["max_total_num_tokens"] > 0 and len(info["internal_states"]) == 1 and "config" not in info
+    model = json.loads(server.get("/model_info", key=KEY)[1])
+    assert set(model) == {"model_path", "served_model_name", "tokenizer_path", "is_generation", "preferred_sampling_params",
+                          "weight_version", "load_format", "reasoning_parser", "tool_call_parser", "disaggregation_mode",
+                          "has_image_understanding", "has_audio_understanding", "model_type", "architectures"}
+    assert model["served_model_name"] == "glm-5.3-flash" and model["model_path"] == str(model_dir)
+
+
 def test_bad_config_file_fails(servers, model_dir, tmp_path):
     config = tmp_path / "serve.txt"
     config.write_text("api-key: x\n", encoding="utf-8")

@@ -16,7 +16,8 @@ WHAT IT DOES:
   an FP8/FP4 --kv-cache-dtype (this model has no FP8 KV cache kernel on Hopper), port already in use;
 - serves HTTP with the real routes' behaviour (stdlib ThreadingHTTPServer): /health, /health_generate, /ready
   (503 while warming up, 200 when ready), /metrics (only with --enable-metrics, like the real one; else 404),
-  /v1/models, /model_info, /get_model_info, /v1/chat/completions (also "stream": true), /generate. With an API key
+  /v1/models, /model_info, /server_info (and their deprecated aliases /get_model_info, /get_server_info, GET only),
+  /v1/chat/completions (also "stream": true), /generate. With an API key
   every path except those starting /health, /ready, /metrics needs `Authorization: Bearer KEY`, else 401
   {"error":"Unauthorized"} (orjson's compact form, as the real one sends it);
 - stops cleanly on SIGTERM/SIGINT (scancel): uvicorn's shutdown lines, exit 0. A SIGTERM while the model is
@@ -30,6 +31,11 @@ listening with /health 503.
 STAND-IN ACCOMMODATION: all cluster nodes share one machine, so with --host 0.0.0.0 and SLURMD_NODENAME set and
 resolvable (socket.gethostbyname, e.g. node1 -> 127.0.0.11 in /etc/hosts) it binds that node's address instead
 (and logs it), so two nodes can both listen on port 30000.
+- /model_info and /server_info with 0.5.21's keys (sglang 0.5.21 wheel, srt/entrypoints/http_server.py L780-874):
+  /server_info is the resolved server args (api_key included: it needs the key, like every route but /health*,
+  /ready*, /metrics*; srt/utils/auth.py L98-151) with launch_command (here: the argv after the --config merge),
+  the scheduler's status, max_total_num_tokens, max_req_input_len, startup_time, internal_states (one per DP rank),
+  version "0.5.21", frontend "python", kv_events null. SGLang's Model Gateway reads it when a worker registers;
 - /metrics: the families glm.serve reads, with SGLang 0.5.21's names, types, labels and buckets (standin_metrics.py,
   which cites the source); the warm-up request counts, /health does not;
 - /health and /health_generate as entrypoints/http_server.py L699-777: 503 with an empty body while starting or
@@ -62,6 +68,7 @@ SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_
 import datetime
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -235,6 +242,8 @@ class State:
         self.ready = False
         self.stopping = False
         self.metrics = Metrics(self.served_name, max_total_tokens)
+        self.max_total_tokens = max_total_tokens
+        self.startup_time = time.time()
 
 
 STRAWBERRY_REASONING = (
@@ -376,7 +385,7 @@ class Handler(BaseHTTPRequestHandler):
         get_routes = {
             "/health": self._health, "/health_generate": self._health, "/ready": self._health,
             "/v1/models": self._models, "/model_info": self._model_info, "/get_model_info": self._model_info,
-            "/metrics": self._metrics,
+            "/server_info": self._server_info, "/get_server_info": self._server_info, "/metrics": self._metrics,
         }
         post_routes = {"/v1/chat/completions": self._chat, "/generate": self._generate}
         routes = get_routes if self.command in ("GET", "HEAD") else post_routes
@@ -406,10 +415,24 @@ class Handler(BaseHTTPRequestHandler):
 
     def _model_info(self):
         args = self.state.args
-        self._json(200, {"model_path": args.model_path, "tokenizer_path": args.tokenizer_path or args.model_path,
-                         "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+        self._json(200, {"model_path": args.model_path, "served_model_name": self.state.served_name,
+                         "tokenizer_path": args.tokenizer_path or args.model_path, "is_generation": True,
+                         "preferred_sampling_params": None, "weight_version": "default", "load_format": args.load_format,
+                         "reasoning_parser": args.reasoning_parser, "tool_call_parser": args.tool_call_parser,
+                         "disaggregation_mode": getattr(args, "disaggregation_mode", "null"),
                          "has_image_understanding": True, "has_audio_understanding": False, "model_type": "glm_moe_dsa",
                          "architectures": [ARCHITECTURE]})
+
+    def _server_info(self):
+        state = self.state
+        resolved = resolved_args(state.args)
+        self._json(200, dict(resolved, launch_command="python3 -m sglang.launch_server " + " ".join(
+            shlex.quote(a) for a in getattr(state.args, "_launch_argv", [])),
+            status="ready" if state.ready else "starting", max_total_num_tokens=state.max_total_tokens,
+            max_req_input_len=state.context_len - 1, startup_time=state.startup_time,
+            internal_states=[dict(resolved, world_size=state.args.tp_size, last_gen_throughput=0.0, memory_usage={},
+                                  startup_time=state.startup_time, effective_max_running_requests_per_dp=None)],
+            version="0.5.21", frontend="python", kv_events=None))
 
     def _metrics(self):
         if not self.state.args.enable_metrics:
@@ -640,6 +663,11 @@ def load_model(args, stop, config):
     }
 
 
+def resolved_args(args):
+    """The resolved server args as 0.5.21 logs them and /server_info returns them (no --config, nothing of ours)."""
+    return {key: value for key, value in vars(args).items() if key != "config" and not key.startswith("_")}
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     sys.stderr.write("%s:0: UserWarning: 'python -m sglang.launch_server' is still supported, but 'sglang serve' is the "
@@ -651,8 +679,7 @@ def main(argv=None):
         return 1
     args.served_model_name = args.served_model_name or args.model_path
     args.tokenizer_path = args.tokenizer_path or args.model_path
-    resolved = {key: value for key, value in vars(args).items() if key != "config"}
-    log("server_args=%r" % resolved)
+    log("server_args=%r" % resolved_args(args))
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

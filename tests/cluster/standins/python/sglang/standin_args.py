@@ -255,6 +255,7 @@ def prepare_server_args(argv):
     if "--config" in argv:
         argv = merge_config_with_args(parser, list(argv))
     args = parser.parse_args(argv)
+    args._launch_argv = list(argv)   # the argv after the config merge, for /server_info's launch_command (not a flag)
     if not hasattr(logging, str(args.log_level).upper()):
         raise AttributeError("module 'logging' has no attribute '%s'" % str(args.log_level).upper())
     return args

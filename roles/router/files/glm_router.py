@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The router job of glm.serve: SGLang's Model Gateway (the sglang-router wheel) in front of the server replicas.
+
+    python glm_router.py --key-file KEY --replicas-dir DIR --endpoint-file FILE [--model NAME] [--sync-interval S]
+                         -- ROUTER FLAGS (--host, --port, --policy, --prometheus-port, ...)
+
+What it adds to ``python -m sglang_router.launch_router``:
+
+- The API key comes from KEY (a file only its owner reads), never from argv: sglang-router 0.3.2 takes its key
+  only as ``--api-key`` (no variable, no file), so this parses the other flags with the router's own parser
+  (``parse_router_args``) and sets ``api_key`` on the result before ``launch_router``. The router then asks that
+  key of every client (``Authorization: Bearer``) and sends it to the replicas, which serve the same key file.
+- The replicas join as they come: each replica's job writes one file ``DIR/NAME.url`` (its ``http://NODE:PORT``)
+  when it starts and removes it when it ends. Every S seconds this compares the files with the router's workers
+  (``GET /workers``): a replica whose ``/health`` answers 200 is added (``POST /workers`` with the key, as the
+  router's REST API wants it), a worker whose file is gone, or whose file now names another node (the replica was
+  submitted again), is removed (``DELETE /workers/{id}``). A replica that dies without removing its file (its node
+  failed) stays listed until its job is replaced; the router marks it unhealthy meanwhile and sends it nothing.
+- FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
+  router logs "Router ready" before it binds its port, so the log is not proof.
+
+The router's Rust runtime holds the GIL for as long as it runs (a Python thread beside ``launch_router`` never
+runs again), so the router runs in a child process (fork) and this process, the job's main one, keeps the replicas
+in step; SIGTERM and SIGINT (scancel, the time limit) are passed on to the router, which shuts down gracefully.
+Standard library only, besides sglang_router in the child.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+LOG_PREFIX = '[glm.serve] router:'
+
+
+def log(message):
+    sys.stdout.write('%s %s %s\n' % (time.strftime('%Y-%m-%d %H:%M:%S'), LOG_PREFIX, message))
+    sys.stdout.flush()
+
+
+def read_key(path):
+    try:
+        with open(path, encoding='utf-8') as handle:
+            key = handle.readline().strip()
+    except OSError as error:
+        raise SystemExit('%s cannot read the API key file %s: %s' % (LOG_PREFIX, path, error.strerror))
+    if not key:
+        raise SystemExit('%s no API key in %s; run the deploy playbook (role glm.serve.api_key) to make one' % (LOG_PREFIX, path))
+    return key
+
+
+def http(method, url, key=None, body=None, timeout=5.0):
+    """(status, parsed JSON or text); status None when nothing answers."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if key:
+        request.add_header('Authorization', 'Bearer %s' % key)
+    if data is not None:
+        request.add_header('Content-Type', 'application/json')
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, text = response.status, response.read().decode('utf-8', 'replace')
+    except urllib.error.HTTPError as error:
+        status, text = error.code, error.read().decode('utf-8', 'replace')
+    except (urllib.error.URLError, OSError, ValueError):
+        return None, None
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def replica_urls(folder):
+    """{url: replica name} from DIR/NAME.url files (one URL each; unreadable or odd ones are skipped)."""
+    found = {}
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return found
+    for name in names:
+        if not name.endswith('.url'):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding='utf-8') as handle:
+                url = handle.readline().strip().rstrip('/')
+        except OSError:
+            continue
+        if url.startswith('http://') or url.startswith('https://'):
+            found[url] = name[:-len('.url')]
+    return found
+
+
+class Sync(object):
+    """Keeps the router's workers in step with the replica files."""
+
+    def __init__(self, base, key, folder):
+        self.base, self.key, self.folder = base, key, folder
+        self.waiting = {}      # url -> the last /health status seen while it did not answer 200 (to log changes only)
+
+    def workers(self):
+        status, body = http('GET', self.base + '/workers', self.key)
+        if status != 200 or not isinstance(body, dict):
+            return None
+        return {w.get('url', '').rstrip('/'): w for w in body.get('workers', []) if isinstance(w, dict)}
+
+    def step(self):
+        current = self.workers()
+        if current is None:
+            return
+        wanted = replica_urls(self.folder)
+        for url, worker in sorted(current.items()):
+            if url not in wanted:
+                status, _ = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)
+                log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
+        for url, name in sorted(wanted.items()):
+            if url in current:
+                self.waiting.pop(url, None)
+                continue
+            health, _ = http('GET', url + '/health', timeout=10.0)
+            if health != 200:
+                if self.waiting.get(url, 'new') != health:
+                    log('replica %s at %s does not answer /health yet (%s)' % (name, url, health or 'no answer'))
+                self.waiting[url] = health
+                continue
+            status, body = http('POST', self.base + '/workers', self.key, {'url': url, 'api_key': self.key})
+            worker_id = body.get('worker_id') if isinstance(body, dict) else None
+            log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
+            self.waiting.pop(url, None)
+
+
+def write_endpoint(path, url, model):
+    tmp = '%s.%d' % (path, os.getpid())
+    old = os.umask(0o077)
+    try:
+        with open(tmp, 'w', encoding='utf-8') as handle:
+            handle.write('GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n' % (url, model))
+        os.replace(tmp, path)
+    finally:
+        os.umask(old)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ours, router_argv = (argv[:argv.index('--')], argv[argv.index('--') + 1:]) if '--' in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog='glm_router.py', description=__doc__.split('\n', 1)[0])
+    parser.add_argument('--key-file', required=True)
+    parser.add_argument('--replicas-dir', required=True)
+    parser.add_argument('--endpoint-file', required=True)
+    parser.add_argument('--model', default='glm-5.3-flash')
+    parser.add_argument('--sync-interval', type=float, default=5.0)
+    parser.add_argument('--advertise', default=None, help='the host name clients use (default: this node, SLURMD_NODENAME)')
+    opts = parser.parse_args(ours)
+    if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
+        parser.error('give the key in --key-file, not --api-key: a command line is visible to every user of the node')
+    key = read_key(opts.key_file)
+
+    from sglang_router.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
+    args = parse_router_args(router_argv)
+    args.api_key = key
+    host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
+    local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
+    base = 'http://%s:%d' % (local, args.port)
+    log('starting SGLang Model Gateway on %s:%d, policy %s, replicas from %s' % (args.host, args.port, args.policy,
+                                                                               opts.replicas_dir))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        try:
+            launch_router(args)
+            os._exit(0)  # pylint: disable=protected-access
+        except BaseException:  # pylint: disable=broad-except
+            os._exit(1)  # pylint: disable=protected-access
+    del args
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+
+    sync = Sync(base, key, opts.replicas_dir)
+    live = False
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
+            log('the router exited (%s)' % code)
+            return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else 128 - code)
+        if not live and http('GET', base + '/liveness')[0] == 200:
+            live = True
+            url = 'http://%s:%d' % (host, args_port(router_argv))
+            write_endpoint(opts.endpoint_file, url, opts.model)
+            log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
+        if live:
+            sync.step()
+        time.sleep(opts.sync_interval if live else 0.5)
+
+
+def args_port(router_argv):
+    """The router's port as its parser reads it (the default 30000 when not given)."""
+    for index, arg in enumerate(router_argv):
+        if arg == '--port' and index + 1 < len(router_argv):
+            return int(router_argv[index + 1])
+        if arg.startswith('--port='):
+            return int(arg.split('=', 1)[1])
+    return 30000
+
+
+if __name__ == '__main__':
+    sys.exit(main())

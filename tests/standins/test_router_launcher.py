@@ -1,0 +1,181 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The router job's launcher (roles/router/files/glm_router.py) with the REAL router, SGLang's Model Gateway
+(sglang-router 0.3.2 from the package index, in .venv-router: make .venv-router/.installed), in front of two SGLang
+stand-ins on this machine: the key from its file and nowhere else, replicas joining and leaving through their
+files, requests reaching both, a clean stop. No Slurm: the cluster tests run the same launcher in a job."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from standin_helpers import free_port, http, wait_for
+from test_sglang import KEY, seed_args
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+LAUNCHER = os.path.join(REPO, "roles", "router", "files", "glm_router.py")
+ROUTER_PYTHON = os.environ.get("GLM_ROUTER_PYTHON") or os.path.join(REPO, ".venv-router", "bin", "python")
+CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
+                                reason="no router venv: make .venv-router/.installed (make pytest makes it)")
+
+
+class Router:
+    """glm_router.py in a subprocess, its files and the router's URLs."""
+
+    def __init__(self, tmp_path, extra=(), key=KEY):
+        self.key_file = tmp_path / "api-key"
+        if key is not None:
+            self.key_file.write_text(key + "\n", encoding="utf-8")
+            os.chmod(self.key_file, 0o600)
+        self.replicas = tmp_path / "replicas"
+        self.replicas.mkdir(exist_ok=True)
+        self.endpoint = tmp_path / "endpoint"
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.log_path = tmp_path / "router.log"
+        argv = [ROUTER_PYTHON, LAUNCHER, "--key-file", str(self.key_file), "--replicas-dir", str(self.replicas),
+                "--endpoint-file", str(self.endpoint), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra) + [
+                "--", "--host", "127.0.0.1", "--port", str(self.port), "--policy", "round_robin",
+                "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"]
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def log(self):
+        return re.sub(r"\x1b\[[0-9;]*m", "", self.log_path.read_text(encoding="utf-8"))
+
+    def workers(self):
+        status, body = http("GET", self.url + "/workers", key=KEY)
+        assert status == 200, (status, body)
+        return {w["url"]: w for w in json.loads(body)["workers"]}
+
+    def served(self):
+        """Requests the router passed to each worker (its own metric, per worker URL)."""
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5).read().decode()
+        found = re.findall(r'^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} (\d+)', text, re.M)
+        return {url: int(count) for url, count in found}
+
+    def announce(self, name, server):
+        path = self.replicas / (name + ".url")
+        path.write_text(server.url + "\n", encoding="utf-8")
+        return path
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def router(tmp_path):
+    made = []
+
+    def make(**kw):
+        made.append(Router(tmp_path, **kw))
+        return made[-1]
+    yield make
+    for item in made:
+        item.stop()
+
+
+def chat(url, key=KEY):
+    return http("POST", url + "/v1/chat/completions", key=key, body=CHAT)
+
+
+def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_dir, router):
+    one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5") for _ in range(2)]
+    r = router()
+    wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
+    assert r.proc.poll() is None, r.log
+    assert r.endpoint.read_text(encoding="utf-8") == "GLM_BASE_URL=http://127.0.0.1:%d/v1\nGLM_MODEL=glm-5.3-flash\n" % r.port
+    assert os.stat(r.endpoint).st_mode & 0o777 == 0o600
+    status, body = http("GET", r.url + "/readiness")
+    assert status == 503, body                                   # no replica yet
+    assert chat(r.url)[0] == 503
+
+    r.announce("glm-serve", one)
+    r.announce("glm-serve-2", two)
+    wait_for(lambda: sorted(w["url"] for w in r.workers().values() if w["is_healthy"]) == sorted([one.url, two.url]), 30)
+    assert {w["model_id"] for w in r.workers().values()} == {"glm-5.3-flash"}   # read from each replica's /server_info
+    for _ in range(6):
+        status, body = chat(r.url)
+        assert status == 200 and json.loads(body)["model"] == "glm-5.3-flash", body
+    assert chat(r.url, key=None)[0] == 401 and chat(r.url, key="wrong")[0] == 401
+    assert http("GET", r.url + "/workers")[0] == 401              # the admin API wants the key too
+    assert r.served() == {one.url: 3, two.url: 3}                # round_robin: both replicas served
+
+    # a replica leaves (its job ends or is scaled away): its worker goes, the other serves everything
+    (r.replicas / "glm-serve-2.url").unlink()
+    wait_for(lambda: list(r.workers()) == [one.url], 30)
+    for _ in range(2):
+        assert chat(r.url)[0] == 200
+    assert r.served()[one.url] == 5
+    # a replica submitted again lands elsewhere: its file names the new address; the old worker is replaced
+    r.announce("glm-serve", two)
+    wait_for(lambda: list(r.workers()) == [two.url], 30)
+    assert chat(r.url)[0] == 200
+
+    # the key: in its file only; not on any command line, not in the log
+    launcher_cmd = open("/proc/%d/cmdline" % r.proc.pid, "rb").read().decode()
+    children = subprocess.run(["pgrep", "-P", str(r.proc.pid)], stdout=subprocess.PIPE, text=True, check=False).stdout.split()
+    assert children, "the router runs in a child of the launcher"
+    for pid in [r.proc.pid] + [int(c) for c in children]:
+        assert KEY not in open("/proc/%d/cmdline" % pid, "rb").read().decode(), pid
+    assert "--key-file" in launcher_cmd
+    log = r.log
+    assert KEY not in log
+    assert "adding replica glm-serve at %s" % one.url in log and "removing worker %s" % two.url in log
+    assert "listening: http://127.0.0.1:%d/v1" % r.port in log
+
+    started = time.monotonic()
+    r.stop()
+    assert r.proc.returncode == 0, r.log[-2000:]
+    assert time.monotonic() - started < 15
+    assert all(not os.path.exists("/proc/%s" % c) or "zombie" in open("/proc/%s/status" % c).read().lower() for c in children)
+
+
+def test_a_replica_that_does_not_answer_yet_is_added_when_it_does(servers, model_dir, router):
+    r = router()
+    wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
+    port = free_port()
+    (r.replicas / "glm-serve.url").write_text("http://127.0.0.1:%d\n" % port, encoding="utf-8")
+    time.sleep(2)
+    assert r.workers() == {}                                    # nothing listens there yet: not registered
+    server = servers(seed_args(model_dir, port, host="127.0.0.1"), GLM_STANDIN_SGLANG_LOAD="1", GLM_STANDIN_SGLANG_WARMUP="1")
+    wait_for(lambda: list(r.workers()) == [server.url], 30)
+    assert chat(r.url)[0] == 200
+    assert "replica glm-serve at %s does not answer /health yet (no answer)" % server.url in r.log
+
+
+@pytest.mark.parametrize("case, message", [
+    ("argv", "give the key in --key-file, not --api-key"),
+    ("empty", "no API key in"),
+    ("missing", "cannot read the API key file"),
+])
+def test_refuses_a_key_on_argv_or_no_key(router, tmp_path, case, message):
+    if case == "argv":
+        key_file = tmp_path / "api-key"
+        key_file.write_text(KEY + "\n", encoding="utf-8")
+        proc = subprocess.run([ROUTER_PYTHON, LAUNCHER, "--key-file", str(key_file), "--replicas-dir", str(tmp_path),
+                               "--endpoint-file", str(tmp_path / "endpoint"), "--", "--api-key", "x"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
+        out = proc.stdout
+    else:
+        r = router(key="" if case == "empty" else None)
+        r.proc.wait(timeout=60)
+        proc, out = r.proc, r.log
+    assert proc.returncode not in (0, None) and message in out, out
