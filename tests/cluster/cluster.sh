@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, two slurmd
-# (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each), a Pyxis stand-in SPANK plugin, and a
+# A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, three slurmd
+# (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each, partitions compute-h100 and compute-h200; node3: 8 CPUs,
+# 32 GiB, no GPU, partition cpu, for the router), a Pyxis stand-in SPANK plugin, and a
 # login user reached by real SSH. Run as root. See tests/cluster/README.md.
 #
 #   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD...
@@ -29,9 +30,13 @@ SSH_LISTEN=${GLM_CLUSTER_SSH_LISTEN:-127.0.0.1}
 SSH_ADDR=${GLM_CLUSTER_SSH_ADDR:-}
 CTLD_PORT=${GLM_CLUSTER_CTLD_PORT:-6817}
 DBD_PORT=$((CTLD_PORT - 1))
-NODES=(node1 node2)
-declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12)
-declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)))
+NODES=(node1 node2 node3)
+GPU_NODES=(node1 node2)
+declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12 [node3]=127.0.0.13)
+declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)) [node3]=$((CTLD_PORT + 3)))
+# what a node has: the GPU nodes as an H100 node of the guide, node3 a small CPU node (the router's partition)
+declare -A NODE_HW=([node1]="CPUs=16 RealMemory=262144 Gres=gpu:8" [node2]="CPUs=16 RealMemory=262144 Gres=gpu:8"
+  [node3]="CPUs=8 RealMemory=32768")
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3 squashfs-tools)
 # a login node has curl (the server role's smoke test asks the API with it)
 if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less curl); fi
@@ -223,10 +228,11 @@ InactiveLimit=0
 MailProg=/bin/true
 EOF
     for n in "${NODES[@]}"; do
-      echo "NodeName=$n NodeAddr=$n NodeHostname=$n Port=${NODE_PORT[$n]} CPUs=16 RealMemory=262144 Gres=gpu:8 State=UNKNOWN"
+      echo "NodeName=$n NodeAddr=$n NodeHostname=$n Port=${NODE_PORT[$n]} ${NODE_HW[$n]} State=UNKNOWN"
     done
-    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
-    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
+    echo "PartitionName=cpu Nodes=node3 Default=NO MaxTime=INFINITE State=UP"
   } | write_if_changed "$CONF"
   # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.
   # slurmstepd reads "export NAME=value" lines that the TaskProlog prints.
@@ -235,7 +241,7 @@ EOF
     write_if_changed "$D/etc/task_prolog.sh"
   chmod 0755 "$D/etc/task_prolog.sh"
 
-  printf 'NodeName=%s Name=gpu File=%s/dev/nvidia[0-7]\n' "$(IFS=,; echo "${NODES[*]}")" "$D" |
+  printf 'NodeName=%s Name=gpu File=%s/dev/nvidia[0-7]\n' "$(IFS=,; echo "${GPU_NODES[*]}")" "$D" |
     write_if_changed "$D/etc/gres.conf"
   # The Pyxis stand-in's site defaults, as a site's enroot.conf sets them: the home directory is not mounted
   # (ENROOT_MOUNT_HOME, off in enroot's shipped config); the container's own filesystem is writable

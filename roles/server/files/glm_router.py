@@ -4,8 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The router job of glm.serve: SGLang's Model Gateway (the sglang-router wheel) in front of the server replicas.
 
-    python glm_router.py --key-file KEY --replicas-dir DIR --endpoint-file FILE [--model NAME] [--sync-interval S]
-                         -- ROUTER FLAGS (--host, --port, --policy, --prometheus-port, ...)
+    python glm_router.py --key-file KEY --replicas-dir DIR --endpoint-file FILE [--workers-file JSON] [--model NAME]
+                         [--sync-interval S] -- ROUTER FLAGS (--host, --port, --policy, --prometheus-port, ...)
 
 What it adds to ``python -m sglang_router.launch_router``:
 
@@ -19,6 +19,10 @@ What it adds to ``python -m sglang_router.launch_router``:
   router's REST API wants it), a worker whose file is gone, or whose file now names another node (the replica was
   submitted again), is removed (``DELETE /workers/{id}``). A replica that dies without removing its file (its node
   failed) stays listed until its job is replaced; the router marks it unhealthy meanwhile and sends it nothing.
+- JSON (with --workers-file) says after every comparison which replicas the router has and whether they are
+  healthy (``{"time", "workers": [{"url", "replica", "healthy"}]}``, no key): the deploy reads it to know that a
+  replica it scales away gets no more requests before it cancels it, and the status playbook shows it, without
+  asking the router (whose worker list wants the key) or Slurm.
 - FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
   router logs "Router ready" before it binds its port, so the log is not proof.
 
@@ -101,8 +105,8 @@ def replica_urls(folder):
 class Sync(object):
     """Keeps the router's workers in step with the replica files."""
 
-    def __init__(self, base, key, folder):
-        self.base, self.key, self.folder = base, key, folder
+    def __init__(self, base, key, folder, workers_file=None):
+        self.base, self.key, self.folder, self.workers_file = base, key, folder, workers_file
         self.waiting = {}      # url -> the last /health status seen while it did not answer 200 (to log changes only)
 
     def workers(self):
@@ -134,17 +138,34 @@ class Sync(object):
             worker_id = body.get('worker_id') if isinstance(body, dict) else None
             log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
             self.waiting.pop(url, None)
+        if self.workers_file:
+            self.record(wanted)
+
+    def record(self, wanted):
+        """The router's workers now (after this round's changes), for the deploy and the status playbook."""
+        current = self.workers()
+        if current is None:
+            return
+        doc = {'time': int(time.time()), 'workers': [
+            {'url': url, 'replica': wanted.get(url), 'healthy': bool(worker.get('is_healthy'))}
+            for url, worker in sorted(current.items())]}
+        write_atomic(self.workers_file, json.dumps(doc, indent=1) + '\n')
 
 
-def write_endpoint(path, url, model):
+def write_atomic(path, text):
+    """PATH with TEXT, mode 0600, replaced at once (a reader sees the old file or the new one)."""
     tmp = '%s.%d' % (path, os.getpid())
     old = os.umask(0o077)
     try:
         with open(tmp, 'w', encoding='utf-8') as handle:
-            handle.write('GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n' % (url, model))
+            handle.write(text)
         os.replace(tmp, path)
     finally:
         os.umask(old)
+
+
+def write_endpoint(path, url, model):
+    write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n' % (url, model))
 
 
 def main(argv=None):
@@ -154,6 +175,7 @@ def main(argv=None):
     parser.add_argument('--key-file', required=True)
     parser.add_argument('--replicas-dir', required=True)
     parser.add_argument('--endpoint-file', required=True)
+    parser.add_argument('--workers-file', default=None)
     parser.add_argument('--model', default='glm-5.3-flash')
     parser.add_argument('--sync-interval', type=float, default=5.0)
     parser.add_argument('--advertise', default=None, help='the host name clients use (default: this node, SLURMD_NODENAME)')
@@ -189,7 +211,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
 
-    sync = Sync(base, key, opts.replicas_dir)
+    sync = Sync(base, key, opts.replicas_dir, opts.workers_file)
     live = False
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
