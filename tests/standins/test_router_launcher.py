@@ -1,7 +1,7 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The router job's launcher (roles/server/files/glm_router.py) with the REAL router, SGLang's Model Gateway
+"""The router job's launcher (roles/router/files/glm_router.py) with the REAL router, SGLang's Model Gateway
 (sglang-router 0.3.2 from the package index, in .venv-router: make .venv-router/.installed), in front of two SGLang
 stand-ins on this machine: the key from its file and nowhere else, replicas joining and leaving through their
 files, requests reaching both, a clean stop. No Slurm: the cluster tests run the same launcher in a job."""
@@ -21,7 +21,7 @@ from test_sglang import KEY, seed_args
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-LAUNCHER = os.path.join(REPO, "roles", "server", "files", "glm_router.py")
+LAUNCHER = os.path.join(REPO, "roles", "router", "files", "glm_router.py")
 ROUTER_PYTHON = os.environ.get("GLM_ROUTER_PYTHON") or os.path.join(REPO, ".venv-router", "bin", "python")
 CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
@@ -44,10 +44,11 @@ class Router:
         self.port, self.metrics_port = free_port(), free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log_path = tmp_path / "router.log"
-        argv = [ROUTER_PYTHON, LAUNCHER, "--key-file", str(self.key_file), "--replicas-dir", str(self.replicas),
-                "--endpoint-file", str(self.endpoint), "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra) + [
-                "--", "--host", "127.0.0.1", "--port", str(self.port), "--policy", "round_robin",
-                "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"]
+        ours = ["--key-file", str(self.key_file), "--replicas-dir", str(self.replicas), "--endpoint-file", str(self.endpoint),
+                "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra)
+        theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", "round_robin",
+                  "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"]
+        argv = [ROUTER_PYTHON, LAUNCHER] + ours + ["--"] + theirs
         with open(self.log_path, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -98,7 +99,7 @@ def chat(url, key=KEY):
 
 
 def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_dir, router):
-    one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5") for _ in range(2)]
+    one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5") for _server in range(2)]
     r = router()
     wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
     assert r.proc.poll() is None, r.log
@@ -117,7 +118,7 @@ def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_
     assert sorted((w["url"], w["replica"], w["healthy"]) for w in recorded["workers"]) == sorted(
         [(one.url, "glm-serve", True), (two.url, "glm-serve-2", True)])
     assert os.stat(r.workers_file).st_mode & 0o777 == 0o600 and KEY not in r.workers_file.read_text(encoding="utf-8")
-    for _ in range(6):
+    for _request in range(6):
         status, body = chat(r.url)
         assert status == 200 and json.loads(body)["model"] == "glm-5.3-flash", body
     assert chat(r.url, key=None)[0] == 401 and chat(r.url, key="wrong")[0] == 401
@@ -127,7 +128,7 @@ def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_
     # a replica leaves (its job ends or is scaled away): its worker goes, the other serves everything
     (r.replicas / "glm-serve-2.url").unlink()
     wait_for(lambda: list(r.workers()) == [one.url], 30)
-    for _ in range(2):
+    for _request in range(2):
         assert chat(r.url)[0] == 200
     assert r.served()[one.url] == 5
     # a replica submitted again lands elsewhere: its file names the new address; the old worker is replaced

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
@@ -122,13 +121,13 @@ class Sync(object):
         wanted = replica_urls(self.folder)
         for url, worker in sorted(current.items()):
             if url not in wanted:
-                status, _ = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)
+                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)[0]
                 log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
         for url, name in sorted(wanted.items()):
             if url in current:
                 self.waiting.pop(url, None)
                 continue
-            health, _ = http('GET', url + '/health', timeout=10.0)
+            health = http('GET', url + '/health', timeout=10.0)[0]
             if health != 200:
                 if self.waiting.get(url, 'new') != health:
                     log('replica %s at %s does not answer /health yet (%s)' % (name, url, health or 'no answer'))
@@ -190,8 +189,8 @@ def main(argv=None):
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
     local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
     base = 'http://%s:%d' % (local, args.port)
-    log('starting SGLang Model Gateway on %s:%d, policy %s, replicas from %s' % (args.host, args.port, args.policy,
-                                                                               opts.replicas_dir))
+    log('starting SGLang Model Gateway on %s:%d, policy %s, replicas from %s' % (
+        args.host, args.port, args.policy, opts.replicas_dir))
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
