@@ -37,6 +37,7 @@ VARIANTS = {
     "low_latency": {"server_low_latency": True},
     "h200": {"glm_partition": "compute-h200"},
     "no_gpu_check": {"server_gpu_check": False},
+    "replica": {"server_replicas": 3},
 }
 
 SEED_FLAGS = [
@@ -119,6 +120,39 @@ def test_defaults_carry_the_guide(rendered):
     assert "--api-key" not in text
     assert '--config "$CONFIG"' in text
     assert 0o600 == rendered["default"].stat().st_mode & 0o777
+
+
+def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(rendered, tmp_path):
+    """server_replicas > 1: the same job (its name comes from sbatch --job-name), but the endpoint file is the
+    router's; the job writes replicas/NAME.url while it runs and removes it when it ends, a scancel too."""
+    text = rendered["replica"].read_text()
+    default = rendered["default"].read_text()
+    assert "GLM_BASE_URL=" in default and "GLM_BASE_URL=" not in text
+    assert '/replica/replicas/"$SLURM_JOB_NAME.url"' in text
+    assert "trap 'exit 143' TERM INT" in text and 'rm -f "$CONFIG" "$REPLICA_FILE"' in text
+    assert text.index("glm_gpu_check 8") < text.index('> "$REPLICA_FILE.$SLURM_JOB_ID"')   # announced once the GPUs passed
+    # the script's part that announces and withdraws, run as a job would run it (no srun): SIGTERM removes the file
+    work = tmp_path / "job"
+    work.mkdir()
+    block = text[text.index("REPLICA_FILE="):text.index("\n\n", text.index("REPLICA_FILE="))]
+    assert block.count("\n") == 4, block                  # REPLICA_FILE=, mkdir, the two traps, the printf
+    script = work / "announce.sh"
+    script.write_text("set -euo pipefail\nCONFIG=%s/config\n%s\nsleep 30 & wait $!\n" % (work, block))
+    env = dict(os.environ, SLURM_JOB_NAME="glm-serve-2", SLURM_JOB_ID="7", SLURMD_NODENAME="node2")
+    proc = subprocess.Popen(["bash", str(script)], env=env, cwd=str(work))
+    url_file = Path(block.split("REPLICA_FILE=", 1)[1].split('"$SLURM_JOB_NAME', 1)[0].strip("'")) / "glm-serve-2.url"
+    try:
+        for _tick in range(100):
+            if url_file.exists():
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert url_file.read_text() == "http://node2:30000\n"
+        proc.terminate()
+        assert proc.wait(timeout=10) == 143
+        assert not url_file.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_low_latency_and_h200(rendered):
