@@ -37,7 +37,9 @@ declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)) [nod
 # what a node has: the GPU nodes as an H100 node of the guide, node3 a small CPU node (the router's partition)
 declare -A NODE_HW=([node1]="CPUs=16 RealMemory=262144 Gres=gpu:8" [node2]="CPUs=16 RealMemory=262144 Gres=gpu:8"
   [node3]="CPUs=8 RealMemory=32768")
-PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3 squashfs-tools)
+# python3-venv: the router role makes its venv on the login node (python3 -m venv)
+PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3 python3-venv
+  squashfs-tools)
 # a login node has curl (the server role's smoke test asks the API with it)
 if [ -n "$IN_ROOT" ]; then PACKAGES+=(procps iproute2 less curl); fi
 if [ -n "$ACCOUNTING" ]; then PACKAGES+=(slurmdbd mariadb-server mariadb-client); fi

@@ -1,0 +1,210 @@
+# -*- coding: utf-8 -*-
+"""Two replicas behind the REAL router (SGLang's Model Gateway, sglang-router 0.3.2 from the package index), on the
+local cluster over real SSH: the replicas are the SGLang stand-ins on node1 and node2, the router runs on node3
+(partition cpu) from the venv the router role makes on the login node.
+
+The login node of a Debian root has no package index, so the router's wheels are downloaded here for the login
+node's Python into ~/glm-it-wheels and the role is told to install from there (router_pip_args: --no-index
+--find-links), as on a site without the index. In order, on one deploy (work dir ~/glm-it-replicas, jobs it-rp-*):
+- the deploy: both replicas answer, the router answers on node3, the endpoint file names it; requests through it
+  succeed with the key and get 401 without; they reach both replicas (the router's own per-worker counter);
+  the key is on no command line, in no log, in no file but its own;
+- a second deploy changes nothing and submits nothing;
+- a replica cancelled by someone: requests keep succeeding; a deploy brings it back, the rest untouched;
+- scale 2 -> 1 (router_enabled keeps the router and the URL): replica 2 leaves the router, then is cancelled;
+  1 -> 2: it comes back and joins;
+- teardown: nothing of it is left in the queue.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from deploy_helpers import (chown_login, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home, recap,
+                            require_cluster, run_playbook, scancel_names, ssh)
+
+WORK = 'glm-it-replicas'
+DOWNLOAD, SERVE = 'it-rp-download', 'it-rp-serve'
+ROUTER = SERVE + '-router'
+REPLICAS = [SERVE, SERVE + '-2']
+WHEELS = 'glm-it-wheels'
+NAMES = [DOWNLOAD, SERVE, SERVE + '-2', SERVE + '-3', ROUTER]
+FAST = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
+ROUTER_PACKAGE = 'sglang-router==0.3.2'
+
+CLIENT = r'''
+import json, sys, urllib.request, urllib.error
+base, key_file, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+key = open(key_file).read().strip() if key_file != '-' else None
+out = []
+for i in range(count):
+    req = urllib.request.Request(base + '/chat/completions', method='POST', data=json.dumps(
+        {'model': 'glm-5.3-flash', 'messages': [{'role': 'user', 'content': 'hi %d' % i}], 'max_tokens': 8}).encode())
+    req.add_header('Content-Type', 'application/json')
+    if key:
+        req.add_header('Authorization', 'Bearer ' + key)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out.append(r.status)
+    except urllib.error.HTTPError as e:
+        out.append(e.code)
+    except Exception as e:
+        out.append(str(e))
+print(json.dumps(out))
+'''
+
+
+def variables(**extra):
+    base = isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=2, server_env=FAST, router_policy='round_robin',
+                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), WHEELS)],
+                         router_sync_interval=2, router_health_check_interval=2,
+                         router_host='node3',   # the stand-ins share this machine's port 30000 on node1/node2's addresses server_wait_timeout=300)
+    base.update(extra)
+    return base
+
+
+def jobs():
+    """{name: (id, state)} of the live jobs of this test."""
+    return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
+
+
+def endpoint():
+    text = ssh('cat ~/%s/endpoint' % WORK)
+    return dict(line.split('=', 1) for line in text.split())['GLM_BASE_URL']
+
+
+def chats(count, key=True):
+    """Statuses of count chat requests to the router, sent on the login node (the key read from its file there)."""
+    key_file = '~/%s/api-key' % WORK if key else '-'
+    out = ssh('python3 ~/%s/it-client.py %s %s %d' % (WORK, endpoint(), key_file, count), timeout=120)
+    return json.loads(out)
+
+
+def served():
+    """The router's per-replica request counter (sglang-router 0.3.2: smg_worker_cb_outcomes_total), read from its
+    metrics port on its node, from the login node."""
+    node = jobs_node(ROUTER)
+    text = ssh('python3 -c "import urllib.request;print(urllib.request.urlopen(\'http://%s:29000/metrics\').read().decode())"' % node)
+    return {url: int(n) for url, n in re.findall(r'^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} (\d+)', text, re.M)}
+
+
+def jobs_node(name):
+    out = ssh("squeue --me -h -n %s -t R -o '%%N'" % name).split()
+    assert out, 'no running %s job' % name
+    return out[0]
+
+
+def workers_file():
+    return json.loads(ssh('cat ~/%s/router-workers.json' % WORK))['workers']
+
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+    require_cluster()
+    tmp = str(tmp_path_factory.mktemp('replicas'))
+    home = login_home()
+    work = os.path.join(home, WORK)
+    scancel_names(NAMES)
+    shutil.rmtree(work, ignore_errors=True)
+    wheels = os.path.join(home, WHEELS)
+    version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
+    if not os.path.isdir(wheels) or not any(n.startswith('sglang_router-0.3.2') for n in os.listdir(wheels)) or \
+            not os.path.exists(os.path.join(wheels, '.python-' + version)):
+        shutil.rmtree(wheels, ignore_errors=True)
+        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', ROUTER_PACKAGE, '--python-version', version,
+                        '--only-binary=:all:', '--platform', 'manylinux_2_17_x86_64', '--platform', 'manylinux2014_x86_64',
+                        '--platform', 'manylinux_2_28_x86_64', '--platform', 'linux_x86_64', '-d', wheels], check=True)
+        open(os.path.join(wheels, '.python-' + version), 'w').close()
+        for folder, _dirs, files in os.walk(wheels):
+            chown_login(folder)
+            for name in files:
+                chown_login(os.path.join(folder, name))
+    try:
+        started = time.monotonic()
+        proc = run_playbook('deploy.yml', variables(), tmp, timeout=900)
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        client = os.path.join(work, 'it-client.py')
+        with open(client, 'w') as handle:
+            handle.write(CLIENT)
+        chown_login(client)
+        print('\nREPLICAS: first deploy of 2 replicas + router in %.0f s' % took)
+        yield {'tmp': tmp, 'deploy': proc}
+    finally:
+        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), tmp)
+        left = jobs()
+        scancel_names(NAMES)
+        shutil.rmtree(work, ignore_errors=True)
+        assert not {k: v for k, v in left.items() if v[1] not in ('COMPLETING',)}, left
+
+
+def test_deploy_two_replicas_behind_the_router(env):
+    now = jobs()
+    assert set(now) == {SERVE, SERVE + '-2', ROUTER} and all(v[1] == 'RUNNING' for v in now.values()), now
+    assert jobs_node(ROUTER) == 'node3'
+    assert sorted(jobs_node(name) for name in REPLICAS) == ['node1', 'node2']
+    assert endpoint() == 'http://node3:30000/v1'
+    out = env['deploy'].stdout
+    assert 'router: job %s on node3, policy round_robin, endpoint http://node3:30000/v1' % now[ROUTER][0] in out, out[-3000:]
+    assert '%s (job %s, node1): answers' % (SERVE, now[SERVE][0]) in out or '%s (job %s, node2): answers' % (SERVE, now[SERVE][0]) in out
+    assert sorted((w['replica'], w['healthy']) for w in workers_file()) == [(SERVE, True), (SERVE + '-2', True)]
+    before = served()
+    assert chats(6) == [200] * 6
+    assert chats(2, key=False) == [401, 401]
+    after = served()
+    assert sorted(after) == ['http://node1:30000', 'http://node2:30000'], after
+    assert all(after[url] - before.get(url, 0) == 3 for url in after), (before, after)   # round_robin: both served
+    key = ssh('cat ~/%s/api-key' % WORK).strip()
+    assert cmdlines_holding(key) == []
+    assert [hit for hit in files_holding(os.path.join(login_home(), WORK), key) if not hit[0].endswith('/api-key')] == []
+    assert key not in out
+
+
+def test_second_deploy_changes_nothing(env):
+    before = jobs()
+    proc = run_playbook('deploy.yml', variables(), env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert recap(proc)[0] == 0, proc.stdout[-4000:]
+    assert jobs() == before
+
+
+def test_a_cancelled_replica_costs_no_request_and_a_deploy_brings_it_back(env):
+    before = jobs()
+    ssh('scancel %s' % before[SERVE + '-2'][0])
+    results = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        results += chats(2)
+    assert set(results) == {200}, results
+    proc = run_playbook('deploy.yml', variables(), env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    now = jobs()
+    assert now[SERVE] == before[SERVE] and now[ROUTER] == before[ROUTER]        # nothing healthy restarted
+    assert now[SERVE + '-2'][0] != before[SERVE + '-2'][0] and now[SERVE + '-2'][1] == 'RUNNING'
+    assert sorted((w['replica'], w['healthy']) for w in workers_file()) == [(SERVE, True), (SERVE + '-2', True)]
+    assert chats(4) == [200] * 4
+
+
+def test_scale_down_to_one_then_up_to_two(env):
+    before = jobs()
+    proc = run_playbook('deploy.yml', variables(server_replicas=1, router_enabled=True), env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    now = jobs()
+    assert set(now) == {SERVE, ROUTER} and now[SERVE] == before[SERVE] and now[ROUTER] == before[ROUTER], now
+    assert [w['replica'] for w in workers_file()] == [SERVE]
+    assert chats(3) == [200] * 3
+    proc = run_playbook('deploy.yml', variables(), env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    now = jobs()
+    assert set(now) == {SERVE, SERVE + '-2', ROUTER} and now[SERVE] == before[SERVE], now
+    assert sorted(w['replica'] for w in workers_file()) == [SERVE, SERVE + '-2']
+    assert chats(2) == [200, 200]
