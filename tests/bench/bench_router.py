@@ -1,0 +1,128 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Benchmark: the latency the router adds. SGLang's Model Gateway (the REAL sglang-router 0.3.2, .venv-router) started
+by the router role's launcher (roles/router/files/glm_router.py) in front of two SGLang stand-ins on this machine;
+the same requests sent straight to a replica and through the router, interleaved, in the same run. Prints figures
+(p50, p99, mean, in ms); it is not a test. No Slurm: the network hop between nodes is not in it (on a cluster
+add one round trip on the cluster network, ~0.05-0.2 ms), and the stand-ins answer at once, so what is measured
+is the router's own cost per request.
+
+    .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE]
+
+Requests: GET /v1/models (the router answers it itself, from its registry) and a short POST /v1/chat/completions
+(proxied to a replica, round_robin), each with the key, over one keep-alive connection per target (as an OpenAI
+client holds one).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, 'tests', 'standins'))
+
+from standin_helpers import SEED_MODEL, Server, free_port, run_hf, wait_for
+from standin_helpers import http as request  # noqa: E402  pylint: disable=wrong-import-position
+
+ROUTER_PYTHON = os.path.join(REPO, '.venv-router', 'bin', 'python')
+LAUNCHER = os.path.join(REPO, 'roles', 'router', 'files', 'glm_router.py')
+KEY = 'bench' * 10
+CHAT = json.dumps({'model': 'glm-5.3-flash', 'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 8})
+
+
+def timed(conn, method, path, body=None):
+    headers = {'Authorization': 'Bearer ' + KEY}
+    if body is not None:
+        headers['Content-Type'] = 'application/json'
+    started = time.perf_counter()
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    took = (time.perf_counter() - started) * 1000.0
+    if response.status != 200:
+        raise SystemExit('%s %s answered %s' % (method, path, response.status))
+    return took
+
+
+def figures(samples):
+    ordered = sorted(samples)
+    return {'p50': round(statistics.median(ordered), 2), 'p99': round(ordered[max(0, int(len(ordered) * 0.99) - 1)], 2),
+            'mean': round(statistics.mean(ordered), 2), 'n': len(ordered)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+    parser.add_argument('--requests', type=int, default=300, help='requests of each kind to each target (default 300)')
+    parser.add_argument('--json', metavar='FILE', help='also write the figures as JSON')
+    opts = parser.parse_args()
+    if not os.access(ROUTER_PYTHON, os.X_OK):
+        raise SystemExit('no %s: make .venv-router/.installed' % ROUTER_PYTHON)
+    tmp = Path(tempfile.mkdtemp(prefix='bench-router-'))
+    model = tmp / 'model'
+    assert run_hf(['download', SEED_MODEL, '--local-dir', str(model), '--quiet'], tmp / 'control').returncode == 0
+    args = ['--model-path', str(model), '--served-model-name', 'glm-5.3-flash', '--tp-size', '8', '--ep-size', '8',
+            '--api-key', KEY, '--host', '127.0.0.1']
+    replicas = [Server(args, tmp, GLM_STANDIN_SGLANG_WARMUP='0.2') for _ in range(2)]
+    key_file = tmp / 'key'
+    key_file.write_text(KEY + '\n')
+    os.chmod(key_file, 0o600)
+    (tmp / 'replicas').mkdir()
+    port = free_port()
+    router = subprocess.Popen([ROUTER_PYTHON, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(tmp / 'replicas'),
+                               '--endpoint-file', str(tmp / 'endpoint'), '--sync-interval', '0.5', '--advertise', '127.0.0.1',
+                               '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin',
+                               '--prometheus-port', str(free_port())],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for index, server in enumerate(replicas):
+            server.wait_ready()
+            (tmp / 'replicas' / ('r%d.url' % index)).write_text(server.url + '\n')
+
+        def both_in():
+            status, body = request("GET", 'http://127.0.0.1:%d/workers' % port, key=KEY)
+            return status == 200 and len([w for w in json.loads(body)['workers'] if w['is_healthy']]) == 2
+        wait_for(both_in, 60)
+        direct = http.client.HTTPConnection('127.0.0.1', replicas[0].port)
+        routed = http.client.HTTPConnection('127.0.0.1', port)
+        samples = {(t, k): [] for t in ('direct', 'router') for k in ('models', 'chat')}
+        for conn in (direct, routed):                       # warm-up: connections, the router's first picks
+            for _i in range(20):
+                timed(conn, 'GET', '/v1/models')
+                timed(conn, 'POST', '/v1/chat/completions', CHAT)
+        for _i in range(opts.requests):
+            for target, conn in (('direct', direct), ('router', routed)):
+                samples[(target, 'models')].append(timed(conn, 'GET', '/v1/models'))
+                samples[(target, 'chat')].append(timed(conn, 'POST', '/v1/chat/completions', CHAT))
+        result = {'%s_%s' % key: figures(values) for key, values in samples.items()}
+        print('\n## Router latency: sglang-router 0.3.2 in front of 2 SGLang stand-ins, %d requests each, same run' % opts.requests)
+        print('| request | direct p50 | router p50 | added p50 | direct p99 | router p99 | added p99 |')
+        print('|---|---|---|---|---|---|---|')
+        for kind, label in (('models', 'GET /v1/models'), ('chat', 'POST /v1/chat/completions (8 tokens)')):
+            d, r = result['direct_' + kind], result['router_' + kind]
+            print('| %s | %.2f ms | %.2f ms | %+.2f ms | %.2f ms | %.2f ms | %+.2f ms |' % (
+                label, d['p50'], r['p50'], r['p50'] - d['p50'], d['p99'], r['p99'], r['p99'] - d['p99']))
+        if opts.json:
+            with open(opts.json, 'w') as handle:
+                json.dump(result, handle, indent=1)
+    finally:
+        router.terminate()
+        router.wait(30)
+        for server in replicas:
+            server.stop()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
