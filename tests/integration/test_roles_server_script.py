@@ -191,6 +191,8 @@ def test_real_sglang_parser_accepts_the_three_variants(rendered, tmp_path):
     ({"server_time": "8h"}, "server_time", "Slurm time limit"),
     ({"server_extra_args": ["--api-key", "x"]}, "server_extra_args", "config file"),
     ({"server_gpus": "eight"}, "server_gpus", "int"),
+    ({"server_replicas": 0}, "server_replicas", "1 or more"),
+    ({"server_replicas": 2, "server_min_replicas": 3}, "server_min_replicas", "from 1 to server_replicas (2)"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)

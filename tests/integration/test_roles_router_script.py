@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+"""The router role's rendered router.sbatch, checked without a cluster: rendered by the role itself (include_role
+glm.serve.router, tasks_from: script, against localhost), its router arguments (after ``--``) parsed by the REAL
+sglang-router 0.3.2 parser (``parse_router_args``, in .venv-router), its launcher arguments by the launcher's own
+parser; no key on its command line; bad values stop in the role's checks, naming the variable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER_PYTHON = ROOT / ".venv-router" / "bin" / "python"
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: glm.serve.router
+        tasks_from: script
+"""
+PARSE = """
+import json, sys
+from sglang_router.launch_router import parse_router_args
+args = parse_router_args(sys.argv[1:])
+print(json.dumps({k: getattr(args, k) for k in ('host', 'port', 'policy', 'prometheus_port', 'health_check_interval_secs',
+                                                 'api_key', 'worker_urls')}))
+"""
+
+
+def render(tmp_path: Path, name: str, extra_vars: dict) -> subprocess.CompletedProcess:
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(PLAYBOOK)
+    extra = dict(extra_vars, glm_work_dir=str(tmp_path / name))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(ROOT / ".collections"))
+    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                           "-e", json.dumps(extra), str(playbook)], cwd=str(ROOT), env=env, capture_output=True, text=True,
+                          timeout=300, check=False, stdin=subprocess.DEVNULL)
+
+
+def command(script: Path) -> list:
+    """The exec line of router.sbatch, its continuation lines joined, split as the shell would."""
+    text = script.read_text()
+    start = text.index("exec ")
+    return shlex.split(text[start:].replace("\\\n", " "))[1:]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("router")
+    scripts = {}
+    for name, extra in {"default": {}, "custom": {"router_policy": "round_robin", "router_port": 31000, "router_host": "node3",
+                                                   "router_extra_args": ["--retry-max-retries", "3"], "router_partition": "cpu-small",
+                                                   "router_cpus": 4, "router_mem": "8G"}}.items():
+        proc = render(tmp, name, extra)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        scripts[name] = tmp / name / "router.sbatch"
+    return scripts
+
+
+def test_the_job_and_its_launcher(rendered):
+    text = rendered["default"].read_text()
+    for line in ("#SBATCH --job-name=glm-serve-router", "#SBATCH --partition=cpu", "#SBATCH --cpus-per-task=2",
+                 "#SBATCH --mem=4G", "#SBATCH --time=08:00:00", "#SBATCH --output=%x-%j.out"):
+        assert line + "\n" in text
+    assert "--gres" not in text and "--container-image" not in text      # no GPU, no container
+    argv = command(rendered["default"])
+    assert argv[0].endswith("/default/router-venv/bin/python") and argv[1].endswith("/default/glm_router.py")
+    ours = argv[2:argv.index("--")]
+    assert ours[ours.index("--key-file") + 1].endswith("/default/api-key")
+    assert ours[ours.index("--replicas-dir") + 1].endswith("/default/replicas")
+    assert ours[ours.index("--endpoint-file") + 1].endswith("/default/endpoint")
+    assert ours[ours.index("--workers-file") + 1].endswith("/default/router-workers.json")
+    assert "--api-key" not in text and 0o600 == rendered["default"].stat().st_mode & 0o777
+    assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
+
+
+@pytest.mark.skipif(not ROUTER_PYTHON.exists(), reason=".venv-router missing: make .venv-router/.installed")
+def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
+    results = {}
+    for name, script in rendered.items():
+        argv = command(script)
+        proc = subprocess.run([str(ROUTER_PYTHON), "-c", PARSE] + argv[argv.index("--") + 1:], capture_output=True, text=True,
+                              check=False, timeout=60)
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+        results[name] = json.loads(proc.stdout)
+    assert results["default"] == {"host": "0.0.0.0", "port": 30000, "policy": "cache_aware", "prometheus_port": 29000,
+                                  "health_check_interval_secs": 10, "api_key": None, "worker_urls": []}
+    assert results["custom"]["policy"] == "round_robin" and results["custom"]["port"] == 31000
+    assert results["custom"]["host"] == "node3"
+    # the check is not vacuous: the real parser refuses a policy it does not have
+    bad = subprocess.run([str(ROUTER_PYTHON), "-c", PARSE, "--policy", "fastest"], capture_output=True, text=True, check=False)
+    assert bad.returncode != 0 and "policy" in bad.stderr
+
+
+@pytest.mark.parametrize("extra, variable, words", [
+    ({"router_policy": "fastest"}, "router_policy", "cache_aware"),
+    ({"router_port": 80}, "router_port", "1024 to 65535"),
+    ({"router_port": 29000}, "router_metrics_port", "two different ports"),
+    ({"router_extra_args": ["--api-key", "x"]}, "router_extra_args", "glm_api_key_file"),
+    ({"router_time": "8h"}, "router_time", "Slurm time limit"),
+    ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),
+    ({"router_enabled": "maybe"}, "router_enabled", "true"),
+])
+def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
+    proc = render(tmp_path, "bad", extra)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert variable in out and words in out, out[-3000:]
+    assert not (tmp_path / "bad" / "router.sbatch").exists()
