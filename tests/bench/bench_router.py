@@ -74,7 +74,7 @@ def main():
     assert run_hf(['download', SEED_MODEL, '--local-dir', str(model), '--quiet'], tmp / 'control').returncode == 0
     args = ['--model-path', str(model), '--served-model-name', 'glm-5.3-flash', '--tp-size', '8', '--ep-size', '8',
             '--api-key', KEY, '--host', '127.0.0.1']
-    replicas = [Server(args, tmp, GLM_STANDIN_SGLANG_WARMUP='0.2') for _ in range(2)]
+    replicas = [Server(args, tmp, GLM_STANDIN_SGLANG_WARMUP='0.2') for _replica in range(2)]
     key_file = tmp / 'key'
     key_file.write_text(KEY + '\n')
     os.chmod(key_file, 0o600)

@@ -67,7 +67,8 @@ def variables(**extra):
     base = isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=2, server_env=FAST, router_policy='round_robin',
                          router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), WHEELS)],
                          router_sync_interval=2, router_health_check_interval=2,
-                         router_host='node3',   # the stand-ins share this machine's port 30000 on node1/node2's addresses server_wait_timeout=300)
+                         # the stand-ins listen on port 30000 of node1's and node2's addresses on this one machine
+                         router_host='node3', server_wait_timeout=300)
     base.update(extra)
     return base
 

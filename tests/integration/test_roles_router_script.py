@@ -57,9 +57,9 @@ def command(script: Path) -> list:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("router")
     scripts = {}
-    for name, extra in {"default": {}, "custom": {"router_policy": "round_robin", "router_port": 31000, "router_host": "node3",
-                                                   "router_extra_args": ["--retry-max-retries", "3"], "router_partition": "cpu-small",
-                                                   "router_cpus": 4, "router_mem": "8G"}}.items():
+    custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node3", "router_extra_args": ["--retry-max-retries", "3"],
+              "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G"}
+    for name, extra in {"default": {}, "custom": custom}.items():
         proc = render(tmp, name, extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         scripts[name] = tmp / name / "router.sbatch"
