@@ -38,6 +38,7 @@ VARIANTS = {
     "h200": {"glm_partition": "compute-h200"},
     "no_gpu_check": {"server_gpu_check": False},
     "replica": {"server_replicas": 3},
+    "multinode": {"server_nodes": 2},
 }
 
 SEED_FLAGS = [
@@ -153,6 +154,19 @@ def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(r
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_server_over_two_nodes(rendered):
+    """server_nodes=2: two whole nodes, one task per node, each with its rank; the head is the batch script's node."""
+    text = rendered["multinode"].read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gres=gpu:8", "#SBATCH --exclusive"):
+        assert line + "\n" in text
+    assert "--nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:8" in text
+    assert 'exec python3 -m sglang.launch_server "$@" --node-rank "$SLURM_NODEID"' in text
+    for flag in ("--tp-size 16", "--ep-size 16", "--nnodes 2", '--dist-init-addr "$SLURMD_NODENAME:20000"'):
+        assert flag in text
+    default = rendered["default"].read_text()
+    assert "--nnodes" not in default and "--node-rank" not in default and "#SBATCH --nodes=1\n" in default
 
 
 def test_low_latency_and_h200(rendered):

@@ -21,7 +21,9 @@ Prints `OK` and exits 0 when the parser accepts the command line; else prints th
 tests/sglang_cli/setup.sh and calls ONLY that: it never calls launch_server, so nothing is served.
 --parser standin uses the stand-in's parser (tests/cluster/standins/python/sglang/standin_args.py).
 
-Shell variables are left as they are ("$MODEL" stays the string $MODEL: the parser does not open the model).
+Shell variables are left as they are ("$MODEL" stays the string $MODEL: the parser does not open the model), but
+for the variables Slurm sets in a job, which the parser types: $SLURM_NODEID (a multi-node server's --node-rank,
+an int) becomes 0 and $SLURMD_NODENAME (in --dist-init-addr HOST:PORT) becomes node1, as on a job's first node.
 A --config path that does not exist here (e.g. "$CONFIG", made only when the job runs) is replaced by a
 dummy YAML file holding `api-key: dummy`, since the real merger reads the file while parsing.
 """
@@ -37,6 +39,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN_PYTHON = os.path.normpath(os.path.join(HERE, "..", "cluster", "standins", "python"))
 MARKER = "sglang.launch_server"
+# what Slurm sets in a job on its first node, for the arguments the parser types (see the docstring)
+SLURM_SAMPLE = (("$SLURM_NODEID", "0"), ("$SLURMD_NODENAME", "node1"))
 
 
 def _tokens(text):
@@ -55,7 +59,15 @@ def _until_shell_operator(tokens):
 
 
 def extract_args(script_text):
-    """The arguments of sglang.launch_server in a shell script (continuation lines joined)."""
+    """The arguments of sglang.launch_server in a shell script (continuation lines joined), with Slurm's job
+    variables as on the job's first node."""
+    args = _extract_args(script_text)
+    for name, value in SLURM_SAMPLE:
+        args = [arg.replace(name, value) for arg in args]
+    return args
+
+
+def _extract_args(script_text):
     text = script_text.replace("\\\r\n", " ").replace("\\\n", " ")
     for line in text.splitlines():
         if MARKER not in line or line.lstrip().startswith("#"):
