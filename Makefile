@@ -83,9 +83,11 @@ test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test i
 # waits last 40 s instead of 60; test-matrix runs every Slurm fault case and the 60-s waits (tests/cluster/matrix.sh).
 RELEASE_FAULTS ?= test_01 or test_05b or test_08 or test_11a
 RELEASE_BENCH_ARGS ?= --wait 40
+# molecule's default scenario there; the replicas scenario runs in the suite (the router does not depend on Slurm's release)
+RELEASE_MOLECULE ?= default
 releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
 	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) GLM_MATRIX_FAULTS="$(RELEASE_FAULTS)" \
-	  GLM_MATRIX_BENCH_ARGS="$(RELEASE_BENCH_ARGS)" tests/cluster/matrix.sh
+	  GLM_MATRIX_BENCH_ARGS="$(RELEASE_BENCH_ARGS)" GLM_MATRIX_MOLECULE="$(RELEASE_MOLECULE)" tests/cluster/matrix.sh
 
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
 	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh

@@ -6,6 +6,7 @@
 #   GLM_MATRIX_ONLY="bench" ...        (only those stages; the others show "-")
 #   GLM_MATRIX_FAULTS="test_01 or ..." (the fault cases to run: a pytest -k expression; default FAULTS below)
 #   GLM_MATRIX_BENCH_ARGS="--wait 40"  (bench_release.py's options; make test's releases target sets both)
+#   GLM_MATRIX_MOLECULE=default        (one molecule scenario instead of all; make test's releases target sets it)
 #
 # For each release of GLM_MATRIX_RELEASES (default "bookworm trixie sid"): the cluster of that release
 # (cluster.sh with GLM_CLUSTER_RELEASE; bookworm = the host's Slurm 22.05, trixie = 24.11 and sid = 26.05 in their
@@ -97,7 +98,12 @@ capture() {
 molecule_on() {
   local inv=$1
   [ "$inv" = bookworm ] && inv=local
-  GLM_MOLECULE_INVENTORY=$inv "$BIN/molecule" test --all
+  # GLM_MATRIX_MOLECULE="default": one scenario (make test's releases target); unset: every scenario (--all)
+  if [ -n "${GLM_MATRIX_MOLECULE:-}" ]; then
+    GLM_MOLECULE_INVENTORY=$inv "$BIN/molecule" test -s "$GLM_MATRIX_MOLECULE"
+  else
+    GLM_MOLECULE_INVENTORY=$inv "$BIN/molecule" test --all
+  fi
 }
 
 for rel in "${RELEASES[@]}"; do
