@@ -51,8 +51,56 @@ resolvable (socket.gethostbyname, e.g. node1 -> 127.0.0.11 in /etc/hosts) it bin
   argument fragments (id and name null). A last message from a tool gets a text answer that quotes the result.
   Without --tool-call-parser the raw markup stays in content (tool_calls null, finish_reason "stop").
   tool_choice "required" with no tools, or a named tool missing from tools: HTTP 400 as the real one.
+MULTI-NODE (--nnodes N --node-rank R --dist-init-addr HOST:PORT; read from the 0.5.21 wheel, paths under srt/, and
+torch 2.13, the version 0.5.21 pins; torch's messages below were reproduced by running torch 2.13 here with gloo):
+- flags (arg_groups/fields/parallel.py L29-44): nnodes 1, node_rank 0, dist_init_addr (alias --nccl-init-addr) and
+  dist_timeout None. The one up-front check is validation_hook.py L95-99, run in the main process (engine.py L1101)
+  before server_args is logged (L1124): `AssertionError: tp_size must be divisible by number of nodes` (tp*pp % nnodes),
+  a main-process traceback, exit 1. Nothing checks node_rank < nnodes or that --dist-init-addr is given.
+- per node: tp_size * pp_size / nnodes schedulers on GPUs tp_rank % tp_size_per_node (engine.py L899-910, L1940-1971);
+  the stand-in checks that count against the visible GPUs (the real one fails in set_device, bootstrap.py L127-139);
+  the memory check divides the 328 GB by the whole --tp-size. Scheduler lines carry the node's first TP rank (TP8 on
+  rank 1 of 2; scheduler.py L5999-6011); max_total_num_tokens=... is logged by TP0 only (scheduler.py L1228-1237).
+- the ranks meet in torch.distributed.init_process_group("tcp://" + dist_init_addr, world_size=tp*pp, timeout=
+  dist_timeout) (bootstrap.py L217-232, L288-317; parallel_state.py L2454-2510); without --dist-init-addr each node uses
+  its own --host and a random port (so the nodes never meet). Rank 0 hosts torch's TCPStore; the others connect,
+  retrying, until the timeout: `torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while
+  trying to connect to (HOST, PORT).` (with c10d's two log lines). Rank 0 waits for every rank:
+  `torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 8/16 clients joined.` (whole
+  seconds past the timeout); a node that joined waits for rank 0 the same time: `DistStoreError: wait timeout after
+  600000ms, keys: ...` (key as torch printed it with gloo). The timeout: --dist-timeout, else torch's default for nccl,
+  10 min (distributed_c10d.py L1848-1849, L836-849); --dist-timeout <= 0: `AssertionError: timeout must be positive`
+  (parallel_state.py L2479-2482). Port taken on rank 0: `DistNetworkError: The server socket has failed to listen ...`.
+- a bad --dist-init-addr: NetworkAddress.parse's ValueError in the scheduler (bootstrap.py L226, utils/network.py L441-555).
+- mismatches are not checked up front; NCCL's bootstrap root (in rank 0's process) refuses a rank that checked in twice
+  (two processes with one --node-rank, or a different --nnodes giving overlapping ranks) and a different world size
+  (--tp-size): rank 0 logs `NCCL WARN Bootstrap Root : rank 8 of 32 ranks has already checked in` / `... mismatch in
+  info from procs, nranks 16 vs 32, ...`, the others `NCCL WARN socketPollConnect: ... exceeded error retry count after
+  35 attempts`, and every rank fails in ncclCommInitRank: `RuntimeError: NCCL error: remote process exited or there was
+  a network error` (pynccl.py L122, pynccl_wrapper.py L458-461). Modelled on a captured SGLang multi-node log (public
+  GitHub text) showing exactly that; there the failure comes ~60 s after the WARN (NCCL's connect retries), here at once.
+  --node-rank >= nnodes gives world ranks outside the world (engine.py L1940-1971: rank 2 of 2 is pp_rank 1), in no
+  group: a bare `AssertionError` (parallel_state.py L418-428) on that node, after it reached the store.
+- a node_rank >= 1 runs only schedulers (engine.py L1172-1223, http_server.py L2909-2911): no tokenizer, no HTTP API,
+  but a dummy health server on --host:--port (utils/common.py L3519-3579: /ping, /health, /health_generate 200 empty,
+  /metrics with --enable-metrics, nothing else, no API key, no access log), logged as `Dummy health check server started
+  in background thread at HOST:PORT`. SIGTERM there only logs `SIGTERM received on node_rank 1; waiting for the rank-0
+  ShutdownReq broadcast to stop the schedulers.` (Slurm's KillWait SIGKILL is the backstop); when rank 0 stops, its
+  ShutdownReq (tokenizer_manager.py L3339-3340, scheduler.py L5893-5896) ends the node's schedulers, which logs
+  `Scheduler or DataParallelController PID terminated with 0` per scheduler (engine.py L960-966), exit 0.
+- rank 0 serves HTTP only once every node has loaded (its schedulers' start-up collectives span all ranks).
+- a lost node: the schedulers broadcast the received requests over the gloo CPU group every loop (request_receiver.py
+  L170-221), so the other side fails at once: `RuntimeError: [.../gloo/transport/tcp/pair.cc:553] Connection closed by
+  peer [IP]:PORT. ...`, exit 1; a node that never finishes loading: gloo's `Timed out waiting 600000ms for recv ...`.
+STAND-IN ACCOMMODATIONS (multi-node): one TCP connection per node to rank 0's --dist-init-addr stands for the store
+and the collectives (hello with rank/nnodes/tp/pp, go, ready, shutdown); rank 0 listens on the address named in
+--dist-init-addr (the node's own), not on every interface, so that servers of different "nodes" can share a port
+(so an address naming another node of the shared machine still meets, where the real ones would time out); the
+stand-in is one process, a SIGTERM to it stands for one to the main process only (under Slurm the schedulers get it
+too); NCCL's and c10d's log line formats (and the file:line inside them) are copied from logs, not from a pinned source.
 WHAT IT DOES NOT DO: run a model (answers are canned: the strawberry question gets "3"), tokenize (token counts are
-word counts), images, multi-node, LoRA, or any of the real resolution pipeline beyond the checks above.
+word counts), images, LoRA, pipeline parallelism across nodes beyond the rank arithmetic, or any of the real
+resolution pipeline beyond the checks above.
 
 SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_CONTROL:-/var/lib/glm-cluster/control}
 (the file's content is the value):
@@ -63,10 +111,15 @@ SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_
   file sglang-gpus     env GLM_STANDIN_SGLANG_GPUS     number of visible GPUs; default: the count in
                                                        CUDA_VISIBLE_DEVICES, else 0 inside a Slurm job (no
                                                        --gres=gpu) and 8 outside one
+  file sglang-dist-timeout  env GLM_STANDIN_SGLANG_DIST_TIMEOUT  multi-node: seconds the ranks wait for each other
+                                                       (connect, all joined, all loaded); default --dist-timeout,
+                                                       else 600 (torch's nccl default); this switch wins over both
 """
 
 import datetime
+import errno
 import json
+import math
 import os
 import shlex
 import signal
@@ -123,14 +176,14 @@ class StartupError(Exception):
         self.frames = frames
 
 
-def die(error):
-    """Print a scheduler traceback as the real server does, then exit 1."""
+def die(error, rank="TP0", at_once=False):
+    """Print a scheduler traceback as the real server does, then exit 1 (at_once: os._exit, from any thread)."""
     with _PRINT_LOCK:
         sys.stdout.flush()
-        lines = ["[%s TP0] Scheduler hit an exception: Traceback (most recent call last):" %
-                 datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")]
+        lines = ["[%s %s] Scheduler hit an exception: Traceback (most recent call last):" %
+                 (datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"), rank)]
         for path, line, func, code in error.frames:
-            lines.append('  File "%s/%s", line %d, in %s' % (SRC, path, line, func))
+            lines.append('  File "%s", line %d, in %s' % (path if path.startswith("/") else SRC + "/" + path, line, func))
             lines.append("    " + code)
         lines.append(error.final)
         lines.append("")
@@ -138,6 +191,8 @@ def die(error):
                      datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
+    if at_once:
+        os._exit(1)  # pylint: disable=protected-access
     sys.exit(1)
 
 
@@ -220,10 +275,18 @@ def check_parallel(args, gpus):
     if gpus <= 0:
         raise StartupError("RuntimeError: No CUDA GPUs are available",
                            [("utils/common.py", 1702, "get_device_core_count", "torch.cuda.get_device_properties(0)")])
-    if args.tp_size < 1 or args.tp_size * args.pp_size > gpus:
+    if args.nnodes != 1:
+        # per node: tp_size * pp_size / nnodes GPUs (engine.py L1940-1971, gpu_id = tp_rank % tp_size_per_node)
+        per_node = len(node_ranks(args.node_rank, args.nnodes, args.tp_size, args.pp_size)[0])
+        if args.tp_size < 1 or per_node > gpus:
+            raise StartupError("ValueError: tp_size * pp_size / nnodes (%d) exceeds the %d GPUs visible on this node "
+                               "(CUDA_VISIBLE_DEVICES)." % (per_node, gpus), frames)
+        if gpus % per_node:
+            raise StartupError("ValueError: tp_size / nnodes (%d) must divide the %d GPUs of the node." % (per_node, gpus), frames)
+    elif args.tp_size < 1 or args.tp_size * args.pp_size > gpus:
         raise StartupError("ValueError: tp_size * pp_size (%d) exceeds the %d GPUs visible on this node "
                            "(CUDA_VISIBLE_DEVICES); set --nnodes to span more nodes." % (args.tp_size * args.pp_size, gpus), frames)
-    if gpus % args.tp_size:
+    elif gpus % args.tp_size:
         raise StartupError("ValueError: tp_size (%d) must divide the %d GPUs of the node." % (args.tp_size, gpus), frames)
     if ATTENTION_HEADS % args.tp_size:
         raise StartupError("ValueError: Total number of attention heads (%d) must be divisible by tensor parallel size (%d)."
@@ -602,8 +665,544 @@ def serve(args, state):
     return server
 
 
-def load_model(args, stop, config):
-    """The loading phase (port closed): weights, KV cache, CUDA graphs. Returns the scheduler's numbers."""
+# ------------------------------------------------------------------------------------------------------------------
+# Multi-node (--nnodes > 1): see MULTI-NODE in the header for what each piece stands for and where it comes from.
+
+DIST_TIMEOUT_DEFAULT = 600.0   # --dist-timeout unset: torch's default for the nccl backend, 10 min
+TORCH_DIST = "/usr/local/lib/python3.12/dist-packages/torch/distributed"
+GLOO_TCP = "/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp"
+SGLANG = os.path.dirname(SRC)
+STORE_KEYS = "/default_pg/0//cpu//0/0"
+
+MAIN_FRAMES = [
+    ("<frozen runpy>", 198, "_run_module_as_main", None),
+    ("<frozen runpy>", 88, "_run_code", None),
+    (SGLANG + "/launch_server.py", 84, "<module>", "run_server(server_args)"),
+    (SGLANG + "/launch_server.py", 67, "run_server", "launch_server(server_args)"),
+    (SRC + "/entrypoints/http_server.py", 2902, "launch_server", ") = Engine._launch_subprocesses("),
+    (SRC + "/entrypoints/engine.py", 1101, "_launch_subprocesses", "server_args.check_server_args()"),
+    (SRC + "/server_args.py", 421, "check_server_args", "check_server_args(self)"),
+    (SRC + "/arg_groups/validation_hook.py", 97, "check_server_args", "assert (cfg.tp_size * cfg.pp_size) % cfg.nnodes == 0, ("),
+]
+INIT_FRAMES = [
+    ("managers/scheduler.py", 6082, "run_scheduler_process", "scheduler = Scheduler(server_args, port_args)"),
+    ("managers/scheduler.py", 525, "__init__", "bootstrap.init_parallel_runtime("),
+]
+ADDRESS_FRAMES = INIT_FRAMES + [
+    ("distributed/bootstrap.py", 124, "init_parallel_runtime", "dist_init_method = _resolve_dist_init_method(dist_port=dist_port)"),
+    ("distributed/bootstrap.py", 226, "_resolve_dist_init_method", "na = NetworkAddress.parse(get_parallel().dist_init_addr)"),
+]
+DIST_ENV_FRAMES = INIT_FRAMES + [
+    ("distributed/bootstrap.py", 149, "init_parallel_runtime", "_init_parallel_groups("),
+    ("distributed/bootstrap.py", 306, "_init_parallel_groups", "init_distributed_environment("),
+]
+STORE_FRAMES = DIST_ENV_FRAMES + [
+    ("distributed/parallel_state.py", 2503, "init_distributed_environment", "torch.distributed.init_process_group("),
+    (TORCH_DIST + "/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+    (TORCH_DIST + "/c10d_logger.py", 97, "wrapper", "func_return = func(*args, **kwargs)"),
+    (TORCH_DIST + "/distributed_c10d.py", 1892, "init_process_group", "store, rank, world_size = next(rendezvous_iterator)"),
+    (TORCH_DIST + "/rendezvous.py", 232, "_tcp_rendezvous_handler", "store = _create_c10d_store("),
+    (TORCH_DIST + "/rendezvous.py", 199, "_create_c10d_store", "return TCPStore("),
+]
+TIMEOUT_FRAMES = DIST_ENV_FRAMES + [("distributed/parallel_state.py", 2481, "init_distributed_environment",
+                                    'assert timeout > 0, "timeout must be positive"')]
+WORLD_GROUP_FRAMES = DIST_ENV_FRAMES + [
+    ("distributed/parallel_state.py", 2537, "init_distributed_environment", "_WORLD = init_world_group("),
+    ("distributed/parallel_state.py", 2131, "init_world_group", "return GroupCoordinator("),
+    ("distributed/parallel_state.py", 427, "__init__", "assert self.cpu_group is not None"),
+]
+PYNCCL_FRAMES = INIT_FRAMES + [
+    ("distributed/bootstrap.py", 149, "init_parallel_runtime", "_init_parallel_groups("),
+    ("distributed/bootstrap.py", 317, "_init_parallel_groups", "initialize_model_parallel("),
+    ("distributed/parallel_state.py", 2670, "initialize_model_parallel", "_TP = init_model_parallel_group("),
+    ("distributed/parallel_state.py", 2168, "init_model_parallel_group", "return GroupCoordinator("),
+    ("distributed/parallel_state.py", 472, "__init__", "self.pynccl_comm = PyNcclCommunicator("),
+    ("distributed/device_communicators/pynccl.py", 122, "__init__", "self.comm: ncclComm_t = self.nccl.ncclCommInitRank("),
+    ("distributed/device_communicators/pynccl_wrapper.py", 504, "ncclCommInitRank", "self.NCCL_CHECK("),
+    ("distributed/device_communicators/pynccl_wrapper.py", 461, "NCCL_CHECK", 'raise RuntimeError(f"NCCL error: {error_str}")'),
+]
+
+
+def serving_frames(source):
+    """A scheduler's event loop broadcasting the received requests over the TP group's gloo CPU group."""
+    return [
+        ("managers/scheduler.py", 6088, "run_scheduler_process", "scheduler.run_event_loop()"),
+        ("managers/scheduler.py", 1890, "run_event_loop", "dispatch_event_loop(self)"),
+        ("managers/scheduler.py", 5938, "dispatch_event_loop", "return _dispatch_event_loop_once(scheduler)"),
+        ("managers/scheduler.py", 5951, "_dispatch_event_loop_once", "scheduler.event_loop_overlap()"),
+        ("managers/scheduler.py", 1957, "event_loop_overlap", "self.ingest_requests()"),
+        ("managers/scheduler.py", 2076, "ingest_requests", "recv_reqs = self.request_receiver.recv_requests(local_reqs=local_reqs)"),
+        ("managers/scheduler_components/request_receiver.py", 108, "recv_requests",
+         "recv_reqs = self._broadcast_reqs_across_ranks(recv_reqs, local_reqs)"),
+        ("managers/scheduler_components/request_receiver.py", 211, "_broadcast_reqs_across_ranks", "recv_reqs = broadcast_pyobj("),
+        ("utils/common.py", 2548 if source else 2563, "broadcast_pyobj", "dist.broadcast(tensor_size, src=src, group=dist_group)"),
+        (TORCH_DIST + "/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+        (TORCH_DIST + "/distributed_c10d.py", 3151, "broadcast", "work.wait()"),
+    ]
+
+
+def stamp():
+    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def c10d_log(level, where, message):
+    """One line of torch's C++ log (glog style) on stderr."""
+    now = datetime.datetime.now()
+    with _PRINT_LOCK:
+        fields = (level, now.strftime("%m%d"), now.strftime("%H:%M:%S."), now.microsecond * 1000, where, message)
+        sys.stderr.write("[%s%s %s%09d %s] [c10d] %s\n" % fields)
+        sys.stderr.flush()
+
+
+def nccl_warn(where, message):
+    """One NCCL WARN line, as a captured SGLang multi-node log shows them (see the header)."""
+    with _PRINT_LOCK:
+        fields = (stamp(), socket.gethostname(), os.getpid(), os.getpid(), where, message)
+        sys.stdout.write("\n[%s] %s:%d:%d [0] %s NCCL WARN %s\n" % fields)
+        sys.stdout.flush()
+
+
+def gloo_closed(peer):
+    return StartupError("RuntimeError: [%s/pair.cc:553] Connection closed by peer [%s]:%d. This is typically caused by a remote "
+                        "worker crashing. Check the logs of the remote worker before reporting an error. GLHF! \U0001f3d6\ufe0f"
+                        % (GLOO_TCP, peer[0], peer[1]), [])
+
+
+def node_ranks(node_rank, nnodes, tp_size, pp_size):
+    """(world ranks of this node's schedulers, their TP ranks): engine.py L1940-1971 (_calculate_rank_ranges) and
+    runtime_context.py L97-105 (world rank = tp_size * pp_rank + tp_rank)."""
+    pp_per_node = max(pp_size // nnodes, 1)
+    nnodes_per_pp = max(nnodes // pp_size, 1)
+    pp_ranks = range(pp_per_node * (node_rank // nnodes_per_pp), pp_per_node * (node_rank // nnodes_per_pp + 1))
+    tp_per_node = tp_size // nnodes_per_pp
+    tp_ranks = range(tp_per_node * (node_rank % nnodes_per_pp), tp_per_node * (node_rank % nnodes_per_pp + 1))
+    return [tp_size * pp + tp for pp in pp_ranks for tp in tp_ranks], list(tp_ranks)
+
+
+def check_server_args(args):
+    """validation_hook.py L95-99, run by engine.py L1101 in the main process before server_args is logged (L1124):
+    an AssertionError traceback, exit 1 (launch_server.py L83-86 only kills the children)."""
+    try:
+        if (args.tp_size * args.pp_size) % args.nnodes == 0:
+            return
+        final = "AssertionError: tp_size must be divisible by number of nodes"
+    except ZeroDivisionError:
+        final = "ZeroDivisionError: integer modulo by zero"
+    lines = ["Traceback (most recent call last):"]
+    for path, line, func, code in MAIN_FRAMES:
+        lines.append('  File "%s", line %d, in %s' % (path, line, func))
+        if code:
+            lines.append("    " + code)
+    with _PRINT_LOCK:
+        sys.stderr.write("\n".join(lines + [final]) + "\n")
+        sys.stderr.flush()
+    sys.exit(1)
+
+
+def parse_address(addr):
+    """utils/network.py L510-555 (NetworkAddress.parse, IPv4 and host names) and L441-448 (_parse_port)."""
+    if ":" not in addr:
+        raise StartupError("ValueError: Missing port in address (expected host:port): %r" % addr,
+                           ADDRESS_FRAMES + [("utils/network.py", 545, "parse", 'raise ValueError(f"Missing port in address '
+                                                                                '(expected host:port): {addr!r}")')])
+    host, port_str = addr.rsplit(":", 1)
+    if not host:
+        raise StartupError("ValueError: Empty host in address: %r" % addr,
+                           ADDRESS_FRAMES + [("utils/network.py", 548, "parse", 'raise ValueError(f"Empty host in address: {addr!r}")')])
+    frames = ADDRESS_FRAMES + [("utils/network.py", 555, "parse", "return NetworkAddress(host, _parse_port(port_str))")]
+    try:
+        port = int(port_str)
+    except ValueError:
+        raise StartupError("ValueError: Invalid port number: %r" % port_str, frames + [
+            ("utils/network.py", 445, "_parse_port", 'raise ValueError(f"Invalid port number: {s!r}")')]) from None
+    if not 0 <= port <= 65535:
+        raise StartupError("ValueError: Port out of range (0-65535): %d" % port, frames + [
+            ("utils/network.py", 447, "_parse_port", 'raise ValueError(f"Port out of range (0-65535): {port}")')])
+    return host.strip("[]"), port
+
+
+def dist_timeout(args):
+    """Switch sglang-dist-timeout (seconds), else --dist-timeout, else torch's nccl default."""
+    value = switch("sglang-dist-timeout")
+    if value is not None:
+        try:
+            if float(value) > 0:
+                return float(value)
+        except ValueError:
+            pass
+    if args.dist_timeout is not None:
+        if args.dist_timeout <= 0:
+            raise StartupError("AssertionError: timeout must be positive", TIMEOUT_FRAMES)
+        return float(args.dist_timeout)
+    return DIST_TIMEOUT_DEFAULT
+
+
+class Link:
+    """One rendezvous connection: JSON lines both ways; start() runs a daemon thread that hands each message (None
+    at end of file) to on_message."""
+
+    def __init__(self, sock, on_message):
+        self.sock = sock
+        self.peer = sock.getpeername()[:2]
+        self.on_message = on_message
+        self.hello = None
+        self.send_lock = threading.Lock()
+
+    def start(self):
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def send(self, obj):
+        try:
+            with self.send_lock:
+                self.sock.sendall((json.dumps(obj) + "\n").encode())
+        except OSError:
+            pass
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def _read(self):
+        buffer = b""
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.on_message(self, None)
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    message = {}
+                self.on_message(self, message if isinstance(message, dict) else {})
+
+
+class Cluster:
+    """This process's part of one server spanning --nnodes nodes. Rank 0 hosts the rendezvous on --dist-init-addr
+    (torch's TCPStore), the others connect to it; the connection then stands for the collectives: "ready" when a
+    node has loaded, "shutdown" for rank 0's ShutdownReq broadcast, a closed connection for a lost node."""
+
+    def __init__(self, args):
+        self.args = args
+        self.world = args.tp_size * args.pp_size
+        self.ranks, tp_ranks = node_ranks(args.node_rank, args.nnodes, args.tp_size, args.pp_size)
+        self.label = "TP%d" % (tp_ranks[0] if tp_ranks else 0)
+        self.head = args.node_rank == 0
+        self.timeout = DIST_TIMEOUT_DEFAULT
+        self.address = None
+        self.lock = threading.Lock()
+        self.links = []
+        self.checked = set(self.ranks)
+        self.joined = threading.Event()
+        self.failure = None
+        self.failed = threading.Event()
+        self.ready = set()
+        self.shutdown_req = threading.Event()
+        self.closing = False
+        self.serving = False
+        self.listener = None
+
+    # -- the rendezvous (torch.distributed.init_process_group over tcp://dist_init_addr)
+    def rendezvous(self, stop):
+        args = self.args
+        if args.dist_init_addr:
+            self.address = parse_address(args.dist_init_addr)
+        else:
+            # bootstrap.py L227-231: no --dist-init-addr, every node uses its own --host and a random free port
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.address = (args.host or "127.0.0.1", probe.getsockname()[1])
+        self.timeout = dist_timeout(args)
+        if self.head:
+            self._host_store(stop)
+        else:
+            self._join_store(stop)
+
+    def _host_store(self, stop):
+        host, port = self.address
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            try:
+                # STAND-IN ACCOMMODATION: the address named (the node's own), so that servers on different "nodes" of
+                # the shared machine can use the same port; the real TCPStore listens on every interface
+                listener.bind((socket.gethostbyname(host), port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise
+                listener.bind(("0.0.0.0", port))
+        except OSError as exc:
+            listener.close()
+            code = -exc.errno if exc.errno else -1
+            name = errno.errorcode.get(exc.errno or 0, "UNKNOWN")
+            raise StartupError("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+                               "address. port: %d, useIpv6: false, code: %d, name: %s, message: %s"
+                               % (port, code, name, (exc.strerror or str(exc)).lower()), STORE_FRAMES) from None
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, daemon=True).start()
+        started = time.monotonic()
+        # TCPStore::waitForWorkers: fails once the whole seconds elapsed exceed the timeout
+        deadline = started + math.floor(self.timeout) + 1
+        while not self.joined.is_set():
+            if self.failed.is_set():
+                self._fail_nccl()
+            if stop.wait(0.02):
+                os._exit(143)  # pylint: disable=protected-access
+            if time.monotonic() >= deadline:
+                with self.lock:
+                    joined = len(self.checked)
+                raise StartupError("torch.distributed.DistStoreError: Timed out after %d seconds waiting for clients. %d/%d "
+                                   "clients joined." % (math.floor(self.timeout) + 1, joined, self.world), STORE_FRAMES)
+
+    def _accept(self):
+        while True:
+            try:
+                sock, unused_addr = self.listener.accept()
+            except OSError:
+                return
+            link = Link(sock, self._on_head_message)
+            with self.lock:
+                self.links.append(link)
+            link.start()
+
+    def _on_head_message(self, link, message):
+        if message is None:
+            with self.lock:
+                lost = link.hello is not None and self.joined.is_set() and not self.closing
+            if lost:
+                error = gloo_closed(link.peer)
+                error.frames = serving_frames(True) if self.serving else SCHEDULER_FRAMES
+                die(error, self.label, at_once=True)
+            return
+        if "hello" in message:
+            self._on_hello(link, message["hello"])
+        elif message.get("ready"):
+            with self.lock:
+                self.ready.add(id(link))
+
+    def _on_hello(self, link, hello):
+        """NCCL's bootstrap root (bootstrap.cc) in rank 0's process: every rank checks in once, all with the same count."""
+        with self.lock:
+            if self.joined.is_set() or self.failed.is_set():
+                return      # too late: nobody answers, it waits until its own timeout
+            world = int(hello.get("tp_size", 0)) * int(hello.get("pp_size", 0))
+            ranks = node_ranks(int(hello.get("node_rank", 0)), int(hello.get("nnodes", 1)), int(hello.get("tp_size", 0)),
+                               int(hello.get("pp_size", 0)))[0]
+            overlap = sorted(self.checked.intersection(ranks))
+            if world != self.world:
+                self.failure = ("Bootstrap Root : mismatch in info from procs, nranks %d vs %d, nroots 1 vs 1, iroot 0 vs 0, "
+                                "offset 0 vs 0" % (self.world, world))
+            elif overlap:
+                self.failure = "Bootstrap Root : rank %d of %d ranks has already checked in" % (overlap[0], self.world)
+            else:
+                link.hello = hello
+                self.checked.update(ranks)
+                if len(self.checked) == self.world:
+                    for other in self.links:
+                        if other.hello is not None:
+                            other.send({"go": True})
+                    self.joined.set()
+                return
+            root = "%s<%d>" % (self.address[0], 30000 + os.getpid() % 30000)
+            for other in self.links:
+                other.send({"fail": True, "root": root})
+            self.failed.set()
+
+    def _fail_nccl(self, root=None):
+        """Every rank's ncclCommInitRank fails once the bootstrap root gave up (pynccl_wrapper.py L458-461)."""
+        if self.head:
+            nccl_warn("bootstrap.cc:345", self.failure)
+        else:
+            nccl_warn("misc/socket.cc:578", "socketPollConnect: connect to %s returned Connection refused, exceeded error retry "
+                                            "count after 35 attempts" % root)
+        raise StartupError("RuntimeError: NCCL error: remote process exited or there was a network error", PYNCCL_FRAMES)
+
+    def _join_store(self, stop):
+        host, port = self.address
+        started = time.monotonic()
+        sock = None
+        while sock is None:
+            if stop.is_set():
+                os._exit(143)  # pylint: disable=protected-access
+            try:
+                sock = socket.create_connection((host, port), timeout=1.0)
+            except OSError:
+                if time.monotonic() - started >= self.timeout:
+                    message = "The client socket has timed out after %dms while trying to connect to (%s, %d)." % (
+                        self.timeout * 1000, host, port)
+                    c10d_log("E", "socket.cpp:1028", message)
+                    c10d_log("E", "TCPStore.cpp:328", "TCP client failed to connect/validate to host %s:%d - timed out (try=1, "
+                                                      "timeout=%dms): %s" % (host, port, self.timeout * 1000, message))
+                    raise StartupError("torch.distributed.DistNetworkError: " + message, STORE_FRAMES) from None
+                stop.wait(0.05)
+        sock.settimeout(None)
+        joined_at = time.monotonic()
+        if not self.ranks or min(self.ranks) < 0 or max(self.ranks) >= self.world:
+            # node_rank outside 0..nnodes-1: world ranks outside the world, in no group (parallel_state.py L418-428)
+            sock.close()
+            raise StartupError("AssertionError", WORLD_GROUP_FRAMES)
+        root = {}
+
+        def on_message(unused_link, message):
+            if message is None:
+                if self.joined.is_set() and not self.shutdown_req.is_set() and not self.closing:
+                    error = gloo_closed(self.address)
+                    error.frames = serving_frames(False) if self.serving else SCHEDULER_FRAMES
+                    die(error, self.label, at_once=True)
+            elif message.get("go"):
+                self.joined.set()
+            elif message.get("fail"):
+                root["root"] = message.get("root")
+                self.failed.set()
+            elif message.get("shutdown"):
+                self.shutdown_req.set()
+
+        link = Link(sock, on_message)
+        self.links.append(link)
+        link.start()
+        link.send({"hello": {"node_rank": self.args.node_rank, "nnodes": self.args.nnodes, "tp_size": self.args.tp_size,
+                             "pp_size": self.args.pp_size, "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname()}})
+        while not self.joined.is_set():
+            if self.failed.is_set():
+                self._fail_nccl(root.get("root"))
+            if stop.wait(0.02):
+                os._exit(143)  # pylint: disable=protected-access
+            if time.monotonic() - joined_at >= self.timeout:
+                raise StartupError("torch.distributed.DistStoreError: wait timeout after %dms, keys: %s"
+                                   % (self.timeout * 1000, STORE_KEYS), STORE_FRAMES)
+
+    # -- after the rendezvous
+    def loaded(self, stop):
+        """A node's schedulers are ready; rank 0 also waits for every other node's (the collectives of the start-up)."""
+        if not self.head:
+            self.links[0].send({"ready": True})
+            return
+        started = time.monotonic()
+        while True:
+            with self.lock:
+                waiting = len([link for link in self.links if link.hello is not None and id(link) not in self.ready])
+            if not waiting:
+                return
+            if stop.wait(0.02):
+                os._exit(143)  # pylint: disable=protected-access
+            if time.monotonic() - started >= self.timeout:
+                raise StartupError("RuntimeError: [%s/unbound_buffer.cc:78] Timed out waiting %dms for recv operation to complete"
+                                   % (GLOO_TCP, self.timeout * 1000), SCHEDULER_FRAMES)
+
+    def shutdown(self):
+        """Rank 0 stops: its ShutdownReq reaches every TP rank (tokenizer_manager.py L3339-3340, scheduler.py L5893-5896)."""
+        with self.lock:
+            self.closing = True
+            links = list(self.links)
+        for link in links:
+            if link.hello is not None:
+                link.send({"shutdown": True})
+            link.close()
+        if self.listener is not None:
+            self.listener.close()
+
+
+class DummyHealthHandler(BaseHTTPRequestHandler):
+    """utils/common.py L3519-3579 (launch_dummy_health_check_server): what a node_rank >= 1 serves on --host:--port.
+    /ping, /health, /health_generate: 200 with an empty body; /metrics only with --enable-metrics; no API key; any
+    other path 404. uvicorn runs it with log_level "warning": no access lines."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    disable_nagle_algorithm = True
+    sys_version = ""
+    enable_metrics = False  # set on the subclass built in serve_dummy()
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        """No access log."""
+
+    def _send(self, code, body=b"", content_type=None):
+        self.send_response(code)
+        if content_type:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _route(self):
+        path = self.path.split("?", 1)[0]
+        routes = ("/ping", "/health", "/health_generate") + (("/metrics",) if self.enable_metrics else ())
+        if path not in routes:
+            self._send(404, b'{"detail":"Not Found"}', "application/json")
+        elif self.command not in ("GET", "HEAD"):
+            self._send(405, b'{"detail":"Method Not Allowed"}', "application/json")
+        elif path == "/metrics":
+            self._send(200, b"", METRICS_CONTENT_TYPE)
+        else:
+            self._send(200)
+
+    do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _route
+
+
+def serve_dummy(args):
+    """The dummy health server in a daemon thread, as engine.py L1201-1210 starts it once the node's schedulers are ready."""
+    host, node = bind_address(args.host)
+    handler = type("BoundDummyHandler", (DummyHealthHandler,), {"enable_metrics": bool(args.enable_metrics)})
+    try:
+        server = ThreadingHTTPServer((host, args.port), handler)
+    except (OSError, OverflowError) as exc:
+        server = None
+        failure = exc
+    if server is not None:
+        server.daemon_threads = True
+        if node:
+            log("[stand-in] --host 0.0.0.0 on %s: listening on %s:%d, the node's own address (all nodes share one machine)"
+                % (node, host, args.port))
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    log("Dummy health check server started in background thread at %s:%d" % (args.host, args.port))
+    if server is None:
+        # uvicorn's startup fails in the thread (its SystemExit ends only that thread); the node keeps running
+        log("[Errno %s] error while attempting to bind on address ('%s', %d): %s"
+            % (getattr(failure, "errno", None), args.host, args.port, (getattr(failure, "strerror", None) or str(failure)).lower()))
+        log("Dummy health check server stopped at %s:%d" % (args.host, args.port))
+    return server
+
+
+def run_other_node(args, cluster):
+    """What a node_rank >= 1 does once its schedulers are ready (engine.py L1172-1223, http_server.py L2909-2911): no
+    tokenizer, no HTTP API; SIGTERM is only logged; it ends when its schedulers end, which rank 0's ShutdownReq does."""
+    terms = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: terms.append(signum))
+
+    def interrupted(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGINT, interrupted)
+    cluster.serving = True
+    server = serve_dummy(args)
+    while not cluster.shutdown_req.wait(0.05):
+        while terms:
+            terms.pop()
+            log("SIGTERM received on node_rank %d; waiting for the rank-0 ShutdownReq broadcast to stop the schedulers."
+                % args.node_rank)
+    cluster.closing = True
+    for number in range(len(cluster.ranks)):
+        log("Scheduler or DataParallelController %d terminated with 0" % (os.getpid() + 1 + number))
+    if server is not None:
+        server.server_close()
+    return 0
+
+
+def load_model(args, stop, config, cluster=None):
+    """The loading phase (port closed): weights, KV cache, CUDA graphs. Returns the scheduler's numbers.
+    With --nnodes > 1 (cluster), the ranks meet between "Init torch distributed begin" and "ends"."""
+    rank = cluster.label if cluster else "TP0"
     gpus = visible_gpus()
     check_parallel(args, gpus)
     model_len = int(config.get("max_position_embeddings") or MODEL_CONTEXT_LEN)
@@ -616,9 +1215,11 @@ def load_model(args, stop, config):
             [("configs/model_config.py", 298, "__init__", "raise ValueError(")])
     shards = read_model(args)[1]
     load_time = seconds("sglang-load", 1.0)
-    log("Init torch distributed begin.", "TP0")
-    log("Init torch distributed ends. mem usage=1.02 GB", "TP0")
-    log("Load weight begin. avail mem=%.2f GB" % (GPU_TOTAL_GIB - 1.6), "TP0")
+    log("Init torch distributed begin.", rank)
+    if cluster:
+        cluster.rendezvous(stop)
+    log("Init torch distributed ends. mem usage=1.02 GB", rank)
+    log("Load weight begin. avail mem=%.2f GB" % (GPU_TOTAL_GIB - 1.6), rank)
     per_gpu = WEIGHTS_GB / args.tp_size
     for number, shard in enumerate(shards, 1):
         if stop.wait(load_time / max(1, len(shards))):
@@ -629,11 +1230,11 @@ def load_model(args, stop, config):
                 [("model_loader/weight_utils.py", 1149, "safetensors_weights_iterator", "with safe_open(st_file, framework=\"pt\") as f:")])
         if per_gpu * number / len(shards) > GPU_TOTAL_GIB - 1.6:
             raise oom_error(2.5, 0.41)
-        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d" % (number * 100 // len(shards), number, len(shards)), "TP0")
+        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d" % (number * 100 // len(shards), number, len(shards)), rank)
     if switch("sglang-fail") == "oom":
         raise oom_error(3.38, 1.07)
     avail = GPU_TOTAL_GIB - 1.6 - per_gpu
-    log("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB." % (ARCHITECTURE, avail, per_gpu), "TP0")
+    log("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB." % (ARCHITECTURE, avail, per_gpu), rank)
     if args.kv_cache_dtype in FP8_KV_DTYPES or switch("sglang-fail") == "fp8":
         raise fp8_error(args.kv_cache_dtype if args.kv_cache_dtype in FP8_KV_DTYPES else "fp8_e4m3")
     if args.kv_cache_dtype in FP4_KV_DTYPES:
@@ -648,14 +1249,14 @@ def load_model(args, stop, config):
     max_total = int(kv_gb * KV_TOKENS_PER_GB)
     if args.max_total_tokens:
         max_total = min(max_total, args.max_total_tokens)
-    log("KV Cache is allocated. #tokens: %d, KV size: %.2f GB" % (max_total, kv_gb), "TP0")
-    log("Memory pool end. avail mem=%.2f GB" % (avail - kv_gb), "TP0")
+    log("KV Cache is allocated. #tokens: %d, KV size: %.2f GB" % (max_total, kv_gb), rank)
+    log("Memory pool end. avail mem=%.2f GB" % (avail - kv_gb), rank)
     if mem_fraction > 0.9:
         raise oom_error(1.25, 0.32)
     # model_executor/model_runner_components/cuda_graph_setup.py L719-745 (0.5.21)
     log("Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8, 16, 24, 32], "
-        "avail mem=%.2f GB" % (avail - kv_gb), "TP0")
-    log("Capture target decode CUDA graph end. elapsed=1.02 s, mem usage=0.88 GB, avail mem=%.2f GB." % (avail - kv_gb - 0.88), "TP0")
+        "avail mem=%.2f GB" % (avail - kv_gb), rank)
+    log("Capture target decode CUDA graph end. elapsed=1.02 s, mem usage=0.88 GB, avail mem=%.2f GB." % (avail - kv_gb - 0.88), rank)
     return {
         "max_total_num_tokens": max_total,
         "chunked_prefill_size": args.chunked_prefill_size or 8192,
@@ -682,6 +1283,10 @@ def main(argv=None):
         return 1
     args.served_model_name = args.served_model_name or args.model_path
     args.tokenizer_path = args.tokenizer_path or args.model_path
+    cluster = None
+    if args.nnodes != 1:
+        check_server_args(args)
+        cluster = Cluster(args)
     log("server_args=%r" % resolved_args(args))
 
     stop = threading.Event()
@@ -689,9 +1294,15 @@ def main(argv=None):
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         config = read_model(args)[0]
-        numbers = load_model(args, stop, config)
+        numbers = load_model(args, stop, config, cluster)
+        if cluster:
+            cluster.loaded(stop)
     except StartupError as error:
-        die(error)
+        die(error, cluster.label if cluster else "TP0")
+    if cluster and not cluster.head:
+        if stop.is_set():
+            os._exit(143)  # pylint: disable=protected-access
+        return run_other_node(args, cluster)
     log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, max_running_requests=%d, context_len=%d, "
         "available_gpu_mem=%.2f GB" % (numbers["max_total_num_tokens"], numbers["chunked_prefill_size"], numbers["max_prefill_tokens"],
                                        numbers["max_running_requests"], numbers["context_len"], numbers["available_gpu_mem"]), "TP0")
@@ -700,6 +1311,8 @@ def main(argv=None):
 
     state = State(args, numbers["context_len"], numbers["max_total_num_tokens"])
     server = serve(args, state)
+    if cluster:
+        cluster.serving = True
     if not stop.wait(0 if args.skip_server_warmup else seconds("sglang-warmup", 2.0)):
         if not args.skip_server_warmup:
             uvicorn_log('127.0.0.1:51234 - "GET /model_info HTTP/1.1" 200 OK')
@@ -713,6 +1326,8 @@ def main(argv=None):
         log("The server is fired up and ready to roll!")
         stop.wait()
     state.stopping = True
+    if cluster:
+        cluster.shutdown()
     uvicorn_log("Shutting down")
     server.shutdown()
     server.server_close()
