@@ -79,10 +79,11 @@ test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test i
 # gets the stages that depend on Slurm (smoke, live module tests, molecule, the Slurm fault cases, the benchmark),
 # the default release only those the suite has not just run. Prints the release x stage table.
 # To keep CI within its 60 minutes, the other releases get the fault cases whose outcome Slurm decides (a dependency
-# that can never be met, a requeue after NODE_FAIL, the controller restarting, a node excluded) and the benchmark's
-# waits last 40 s instead of 60; test-matrix runs every Slurm fault case and the 60-s waits (tests/cluster/matrix.sh).
+# that can never be met, a requeue after NODE_FAIL, the controller restarting, a node excluded); test-matrix runs every
+# Slurm fault case (tests/cluster/matrix.sh). The benchmark keeps its 60-s waits: with 40 s, the job's end fell between
+# two of the waiter's polls more than MinJobAge (10 s here) apart, and the waiter found it purged.
 RELEASE_FAULTS ?= test_01 or test_05b or test_08 or test_11a
-RELEASE_BENCH_ARGS ?= --wait 40
+RELEASE_BENCH_ARGS ?=
 # molecule's default scenario there; the replicas scenario runs in the suite (the router does not depend on Slurm's release)
 RELEASE_MOLECULE ?= default
 releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
