@@ -62,7 +62,7 @@ def wheels():
 def variables(replicas, load, folder):
     return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=replicas, server_min_replicas=min(replicas, 2),
                          server_env={'GLM_STANDIN_SGLANG_LOAD': str(load), 'GLM_STANDIN_SGLANG_WARMUP': '1'},
-                         server_wait_timeout=load + 30, router_host='node3', router_policy='round_robin',
+                         server_wait_timeout=load + 30, router_host='node', router_policy='round_robin',
                          router_pip_args=['--no-index', '--find-links', folder], router_sync_interval=2)
 
 

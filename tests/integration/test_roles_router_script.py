@@ -57,7 +57,7 @@ def command(script: Path) -> list:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("router")
     scripts = {}
-    custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node3", "router_extra_args": ["--retry-max-retries", "3"],
+    custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--retry-max-retries", "3"],
               "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G"}
     for name, extra in {"default": {}, "custom": custom}.items():
         proc = render(tmp, name, extra)
@@ -95,7 +95,8 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     assert results["default"] == {"host": "0.0.0.0", "port": 30000, "policy": "cache_aware", "prometheus_port": 29000,
                                   "health_check_interval_secs": 10, "api_key": None, "worker_urls": []}
     assert results["custom"]["policy"] == "round_robin" and results["custom"]["port"] == 31000
-    assert results["custom"]["host"] == "node3"
+    assert results["custom"]["host"] == "$HOST"                                   # router_host=node: the node's address
+    assert 'HOST=$(getent hosts "$SLURMD_NODENAME"' in rendered["custom"].read_text()
     # the check is not vacuous: the real parser refuses a policy it does not have
     bad = subprocess.run([str(ROUTER_PYTHON), "-c", PARSE, "--policy", "fastest"], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "policy" in bad.stderr
@@ -109,6 +110,7 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_time": "8h"}, "router_time", "Slurm time limit"),
     ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),
     ({"router_enabled": "maybe"}, "router_enabled", "true"),
+    ({"router_host": "node3"}, "router_host", "refuses a host name"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)
