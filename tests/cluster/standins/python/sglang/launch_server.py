@@ -1153,6 +1153,7 @@ def serve_dummy(args):
     """The dummy health server in a daemon thread, as engine.py L1201-1210 starts it once the node's schedulers are ready."""
     host, node = bind_address(args.host)
     handler = type("BoundDummyHandler", (DummyHealthHandler,), {"enable_metrics": bool(args.enable_metrics)})
+    failure = None
     try:
         server = ThreadingHTTPServer((host, args.port), handler)
     except (OSError, OverflowError) as exc:
