@@ -83,12 +83,11 @@ test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test i
 # Slurm fault case (tests/cluster/matrix.sh). The benchmark keeps its 60-s waits: with 40 s, the job's end fell between
 # two of the waiter's polls more than MinJobAge (10 s here) apart, and the waiter found it purged.
 RELEASE_FAULTS ?= test_01 or test_05b or test_08 or test_11a
-RELEASE_BENCH_ARGS ?=
 # molecule's default scenario there; the replicas scenario runs in the suite (the router does not depend on Slurm's release)
 RELEASE_MOLECULE ?= default
 releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
-	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) GLM_MATRIX_FAULTS="$(RELEASE_FAULTS)" \
-	  GLM_MATRIX_BENCH_ARGS="$(RELEASE_BENCH_ARGS)" GLM_MATRIX_MOLECULE="$(RELEASE_MOLECULE)" tests/cluster/matrix.sh
+	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) GLM_MATRIX_FAULTS="$(RELEASE_FAULTS)" GLM_MATRIX_MOLECULE="$(RELEASE_MOLECULE)" \
+	  tests/cluster/matrix.sh
 
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
 	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh

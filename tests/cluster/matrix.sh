@@ -4,8 +4,8 @@
 #   tests/cluster/matrix.sh            (make test: GLM_MATRIX_RELEASES="bookworm trixie sid")
 #   GLM_MATRIX_FIXTURES=1 ...          (make test-matrix: also capture sacct/scontrol/squeue fixtures)
 #   GLM_MATRIX_ONLY="bench" ...        (only those stages; the others show "-")
-#   GLM_MATRIX_FAULTS="test_01 or ..." (the fault cases to run: a pytest -k expression; default FAULTS below)
-#   GLM_MATRIX_BENCH_ARGS="--wait 40"  (bench_release.py's options; make test's releases target sets both)
+#   GLM_MATRIX_FAULTS="test_01 or ..." (the fault cases to run: a pytest -k expression; default FAULTS below;
+#                                       make test's releases target sets it)
 #   GLM_MATRIX_MOLECULE=default        (one molecule scenario instead of all; make test's releases target sets it)
 #
 # For each release of GLM_MATRIX_RELEASES (default "bookworm trixie sid"): the cluster of that release
@@ -41,7 +41,6 @@ export PYTHONDONTWRITEBYTECODE=1
 mkdir -p "$OUT"
 declare -A RESULT TIME
 
-read -r -a BENCH_ARGS <<<"${GLM_MATRIX_BENCH_ARGS:-}"
 # GLM_MATRIX_ONLY="smoke bench": only those stages (install and start always run); the others say "-"
 read -r -a ONLY <<<"${GLM_MATRIX_ONLY:-}"
 
@@ -123,7 +122,7 @@ for rel in "${RELEASES[@]}"; do
       stage "$rel" molecule molecule_on "$rel"
       stage "$rel" faults "$BIN/pytest" -p no:cacheprovider -v tests/integration/test_faults.py -k "$FAULTS"
     fi
-    stage "$rel" bench "$BIN/python" tests/bench/bench_release.py "${BENCH_ARGS[@]}" --json "$OUT/$rel-bench.json"
+    stage "$rel" bench "$BIN/python" tests/bench/bench_release.py --json "$OUT/$rel-bench.json"
     if [ -n "${GLM_MATRIX_FIXTURES:-}" ]; then stage "$rel" fixtures capture "$rel"; fi
   fi
   if [ "$rel" = bookworm ]; then

@@ -277,8 +277,13 @@ def failed_at_once(proc, took, within):
     return result['duration']
 
 
+def hf_cache(case, name):
+    """A file of the hf stand-in's own folder in the case's model dir (its fetch log, its gate)."""
+    return os.path.join(case.dir, 'GLM-5.3-Flash', '.cache', 'huggingface', name)
+
+
 def fetch_log(case):
-    path = os.path.join(case.dir, 'GLM-5.3-Flash', '.cache', 'huggingface', 'standin-fetch.log')
+    path = hf_cache(case, 'standin-fetch.log')
     try:
         with open(path) as handle:
             return [line.split(None, 1)[1].strip() for line in handle if line.startswith('fetched ')]
@@ -623,7 +628,7 @@ def test_09_interrupted_deploy_rerun_adopts_the_jobs(case):
     stopped after the resume, as CI showed on 24.11: 120 s of "PENDING Dependency".)"""
     c = case('sigint')
     gated = {'GLM_STANDIN_HF_GATE': 'go', 'GLM_STANDIN_HF_DELAY': '1', 'GLM_STANDIN_HF_SHARDS': '2'}
-    gate = os.path.join(c.dir, 'GLM-5.3-Flash', '.cache', 'huggingface', 'go')
+    gate = hf_cache(c, 'go')
     proc = c.popen(download_env=gated)
     c.wait_for(lambda: c.job_state(c.serve) and c.running(c.download), 90, 'both jobs submitted, the download running')
     proc.send_signal(signal.SIGINT)
