@@ -16,7 +16,7 @@ EE_VENV := .venv-ee
 DOCS_VENV := .venv-docs
 # ansible-runner (requirements-runner.txt), apart from .venv, for make runner-test
 RUNNER_VENV := .venv-runner
-# SGLang's Model Gateway (requirements-router.txt), the real router of tests/router
+# SGLang's Model Gateway (requirements-router.txt), the real router of tests/standins/test_router_launcher.py
 ROUTER_VENV := .venv-router
 DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
@@ -72,7 +72,11 @@ cluster-stop: ## stop the local Slurm cluster
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
 
-test: setup cluster lint build docs sanity units test-ansible-ci scaffold-test install-test runner-test molecule pytest releases ## everything CI runs
+# make test's stages, in order; tests/tooling/stages.sh runs each as its own make and prints their times at the end
+TEST_STAGES := setup cluster lint build docs sanity units test-ansible-ci scaffold-test install-test runner-test molecule \
+	pytest releases
+test: ## everything CI runs (TEST_STAGES, timed)
+	MAKE="$(MAKE)" GLM_STAGE_VARS="GLM_CLUSTER_RELEASE=$(TEST_RELEASE)" tests/tooling/stages.sh $(TEST_STAGES)
 	@echo "make test: all stages passed"
 
 # The whole suite runs on GLM_CLUSTER_RELEASE (above); then every release (bookworm 22.05, trixie 24.11, sid 26.05)
@@ -125,7 +129,7 @@ sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for ch
 	tests/sglang_cli/setup.sh
 
 pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins, the router launcher, and integration on the local cluster
-	pytest -p no:cacheprovider tests/standins tests/router tests/integration < /dev/null
+	pytest -p no:cacheprovider --durations=40 tests/standins tests/integration < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output
