@@ -165,7 +165,12 @@ def test_a_server_over_two_nodes(rendered):
     assert 'exec python3 -m sglang.launch_server "$@" --node-rank "$SLURM_NODEID"' in text
     for flag in ("--tp-size 16", "--ep-size 16", "--nnodes 2", '--dist-init-addr "$SLURMD_NODENAME:20000"'):
         assert flag in text
+    # the GPU check on each node (a task per node), before SGLang starts
+    check = ('srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:8 \\\n'
+             '    bash -c "$(declare -f glm_gpu_check)"\'; glm_gpu_check "$@"\' gpu-check 8 0.95; then')
+    assert check in text and text.index(check) < text.index("srun --container-image")
     default = rendered["default"].read_text()
+    assert "declare -f glm_gpu_check" not in default and "if ! glm_gpu_check 8 0.95; then" in default
     assert "--nnodes" not in default and "--node-rank" not in default and "#SBATCH --nodes=1\n" in default
 
 
