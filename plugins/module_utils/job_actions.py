@@ -436,6 +436,7 @@ def bad_nodes_options():
         ttl=dict(type='int', default=86400),
         retries=dict(type='int', default=2),
         nodes=dict(type='list', elements='str', default=[]),
+        job_nodes=dict(type='int', default=1),
     )
 
 
@@ -496,11 +497,14 @@ def sbatch_args_avoiding(ctx, result):
     excluded = sorted(set(own) | set(bad))
     result['excluded_nodes'] = sorted(bad)
     usable = [n for n in spec.get('nodes') or [] if n not in excluded]
-    if spec.get('nodes') and not usable:
+    need = max(1, spec.get('job_nodes') or 1)
+    if spec.get('nodes') and len(usable) < need:
+        what = ('every node the job can run on (%s) is on the bad-node list' % ', '.join(spec['nodes']) if not usable else
+                'the job needs %d nodes and only %s of the nodes it can run on (%s) %s not on the bad-node list' % (
+                    need, ', '.join(usable), ', '.join(spec['nodes']), 'is' if len(usable) == 1 else 'are'))
         raise ActionError(
-            'every node the job can run on (%s) is on the bad-node list %s: %s. Nothing was submitted. Check the nodes '
-            '(or ask the cluster\'s administrators to), then remove the file to try them again; entries expire %s after '
-            'they were added' % (', '.join(spec['nodes']), spec['file'], '; '.join(
+            '%s %s: %s. Nothing was submitted. Check the nodes (or ask the cluster\'s administrators to), then remove '
+            'the file to try them again; entries expire %s after they were added' % (what, spec['file'], '; '.join(
                 '%s: %s' % (n, bad[n].get('cause')) for n in sorted(bad)), _duration(spec['ttl'])))
     return rest + ['--exclude=%s' % ','.join(excluded)]
 
@@ -537,11 +541,13 @@ def avoid_and_retry(ctx, result, exc, job_id, attempt):
     write_bad_nodes(ctx, spec['file'], entries)
     result.setdefault('bad_nodes', []).append({'node': node, 'cause': cause, 'job_id': str(job_id)})
     left = [n for n in spec.get('nodes') or [] if n not in entries]
-    if attempt < spec['retries'] and (left or not spec.get('nodes')):
+    enough = len(left) >= max(1, spec.get('job_nodes') or 1)
+    if attempt < spec['retries'] and (enough or not spec.get('nodes')):
         ctx.warn('job %s failed on node %s (%s): submitting it again without that node (on the bad-node list %s for %s)' % (
             job_id, node, cause, spec['file'], _duration(spec['ttl'])))
         return True
-    why = 'no other node is left' if spec.get('nodes') and not left else 'after %d attempts' % (attempt + 1)
+    why = ('after %d attempts' % (attempt + 1) if enough or not spec.get('nodes') else 'no other node is left' if not left
+           else 'fewer nodes than the job needs (%d) are left' % max(1, spec.get('job_nodes') or 1))
     exc.notes.append('Node %s failed the job (%s) and is on the bad-node list %s for %s; not submitted again: %s' % (
         node, cause, spec['file'], _duration(spec['ttl']), why))
     return False

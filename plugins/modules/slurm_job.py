@@ -191,6 +191,13 @@ options:
         type: list
         elements: str
         default: []
+      job_nodes:
+        description:
+          - How many nodes one job takes (its C(--nodes)). The module neither submits nor retries when fewer of
+            O(bad_nodes.nodes) than that are off the list.
+        type: int
+        default: 1
+        version_added: 1.1.0
   duplicate_check:
     description:
       - V(auto) lists the live jobs of O(name) again after C(sbatch) only when the submit lock could not be taken.

@@ -759,7 +759,7 @@ GPU_FAIL = ('gpu-check: node1 GPU 3 NVIDIA H200 00000000:5D:00.0: 73156 of 14377
 BAD_PATTERN = r'^gpu-check: FAILED on (?P<node>\S+): (?P<cause>.*)$'
 
 
-def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1', 'node2'), retries=2, extra=()):
+def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1', 'node2'), retries=2, extra=(), job_nodes=None):
     """Submit with bad_nodes and wait for RUNNING; outcomes: per submission (node, state, log text)."""
     script = tmp_path / 'serve.sbatch'
     script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
@@ -793,6 +793,8 @@ def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1',
         raise AssertionError('unexpected command %r' % (argv,))
     params = {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 60, 'sbatch_args': list(extra),
               'bad_nodes': {'file': str(listing), 'pattern': BAD_PATTERN, 'nodes': list(nodes), 'retries': retries}}
+    if job_nodes is not None:
+        params['bad_nodes']['job_nodes'] = job_nodes
     ok, result = run(slurm_job, params, call)
     saved = json.loads(listing.read_text()) if listing.exists() else {}
     return ok, result, submitted, saved, warnings
@@ -824,6 +826,23 @@ def test_the_last_node_is_never_excluded_the_run_stops_and_says_why(run, tmp_pat
     assert not ok and submitted == []
     assert 'every node the job can run on (node1, node2) is on the bad-node list' in result['msg']
     assert 'node1: ECC' in result['msg'] and 'remove the file' in result['msg']
+
+
+def test_a_job_of_several_nodes_is_not_retried_on_fewer_nodes_than_it_needs(run, tmp_path, monkeypatch):
+    # a two-node job (a multi-node server) on a three-node partition: node2 fails its check; node1 and node3 are
+    # enough for another attempt, which then fails on node3: one node left, no third attempt
+    ok, result, submitted, saved, _w = bad_node_run(run, tmp_path, monkeypatch, [
+        ('node[1-2]', 'FAILED', GPU_FAIL.replace('node1', 'node2')),
+        ('node[1,3]', 'FAILED', GPU_FAIL.replace('node1', 'node3'))], nodes=('node1', 'node2', 'node3'), job_nodes=2)
+    assert not ok and len(submitted) == 2 and '--exclude=node2' in submitted[1], submitted
+    assert 'fewer nodes than the job needs (2) are left' in result['msg'], result['msg']
+    assert sorted(saved) == ['node2', 'node3']
+    # the next run stops before submitting anything, and says why
+    ok, result, submitted, _saved, _w = bad_node_run(run, tmp_path, monkeypatch, [], bad=saved,
+                                                     nodes=('node1', 'node2', 'node3'), job_nodes=2)
+    assert not ok and submitted == []
+    assert 'the job needs 2 nodes and only node1 of the nodes it can run on (node1, node2, node3) is not on the bad-node list' \
+        in result['msg'], result['msg']
 
 
 def test_old_entries_expire_and_the_users_own_exclude_is_kept(run, tmp_path, monkeypatch):
