@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -166,6 +167,54 @@ def test_a_replica_that_does_not_answer_yet_is_added_when_it_does(servers, model
     wait_for(lambda: list(r.workers()) == [server.url], 30)
     assert chat(r.url)[0] == 200
     assert "replica glm-serve at %s does not answer /health yet (no answer)" % server.url in r.log
+
+
+def running(server):
+    """sglang:num_running_reqs of a stand-in, from its /metrics."""
+    text = urllib.request.urlopen(server.url + "/metrics", timeout=5).read().decode()
+    return int(sum(float(n) for n in re.findall(r"^sglang:num_running_reqs(?:\{[^}]*\})? (\S+)$", text, re.M)))
+
+
+def test_a_replica_taken_out_is_drained_before_it_counts_as_out(servers, model_dir, router):
+    """A scale-down removes a replica's file: its worker leaves the router at once, but the workers file names it,
+    draining, until the requests it is running are answered (its /metrics), so the deploy cancels it only then."""
+    fast = servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5")
+    slow = servers(seed_args(model_dir, free_port(), host="127.0.0.1") + ["--enable-metrics"],
+                   GLM_STANDIN_SGLANG_WARMUP="0.5", GLM_STANDIN_SGLANG_DECODE="6")
+    r = router()
+    wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
+    r.announce("glm-serve", fast)
+    r.announce("glm-serve-2", slow)
+    wait_for(lambda: sorted(w["url"] for w in r.workers().values() if w["is_healthy"]) == sorted([fast.url, slow.url]), 30)
+
+    def recorded():
+        return {w["replica"]: w for w in json.loads(r.workers_file.read_text(encoding="utf-8"))["workers"]}
+    # two requests at once: round_robin gives one to each; the slow replica's runs 6 s
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        http("POST", r.url + "/v1/chat/completions", key=KEY, body=CHAT, timeout=30)[0])) for _request in range(2)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: running(slow) == 1, 10)
+    taken_out = time.monotonic()
+    (r.replicas / "glm-serve-2.url").unlink()
+    wait_for(lambda: slow.url not in r.workers(), 10)                  # out of the router at once: no new request
+    wait_for(lambda: recorded().get("glm-serve-2", {}).get("draining"), 5)   # but not drained: it still runs one
+    assert running(slow) == 1, r.log
+    for _request in range(2):
+        assert chat(r.url)[0] == 200                                    # new requests go to the other one
+    try:
+        wait_for(lambda: "glm-serve-2" not in recorded(), 15)
+    except AssertionError:
+        raise AssertionError("still named: %s\n%s" % (recorded(), "\n".join(
+            line for line in r.log.splitlines() if "glm.serve" in line or "DELETE" in line or "POST" in line or "worker" in line.lower())[-4000:]))
+    drained_after = time.monotonic() - taken_out
+    for thread in threads:
+        thread.join(15)
+    assert results == [200, 200], results                               # the request in flight was answered
+    assert 2.0 < drained_after < 12.0, drained_after                    # named until its request ended, no longer
+    assert recorded()["glm-serve"]["draining"] is False
+    assert "replica glm-serve-2 at %s is out of the router" % slow.url in r.log
 
 
 @pytest.mark.parametrize("case, message", [

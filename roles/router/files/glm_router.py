@@ -18,10 +18,13 @@ What it adds to ``python -m sglang_router.launch_router``:
   router's REST API wants it), a worker whose file is gone, or whose file now names another node (the replica was
   submitted again), is removed (``DELETE /workers/{id}``). A replica that dies without removing its file (its node
   failed) stays listed until its job is replaced; the router marks it unhealthy meanwhile and sends it nothing.
-- JSON (with --workers-file) says after every comparison which replicas the router has and whether they are
-  healthy (``{"time", "workers": [{"url", "replica", "healthy"}]}``, no key): the deploy reads it to know that a
-  replica it scales away gets no more requests before it cancels it, and the status playbook shows it, without
-  asking the router (whose worker list wants the key) or Slurm.
+- A replica taken out (its file removed: a scale-down) is drained: it stays listed as ``draining`` until the router
+  no longer has it (sglang-router removes a worker in the background) and the replica's own ``/metrics`` shows no
+  running or queued request, or --drain-timeout seconds have passed.
+- JSON (with --workers-file) says after every comparison which replicas the router has, whether they are healthy
+  and which are draining (``{"time", "workers": [{"url", "replica", "healthy", "draining"}]}``, no key): the deploy
+  reads it to cancel a replica it scales away only once it is drained, and the status playbook shows it, without
+  asking the router (whose worker list wants the key) or Slurm. The file is removed when the router exits.
 - FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
   router logs "Router ready" before it binds its port, so the log is not proof.
 
@@ -73,7 +76,8 @@ def http(method, url, key=None, body=None, timeout=5.0):
             status, text = response.status, response.read().decode('utf-8', 'replace')
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode('utf-8', 'replace')
-    except (urllib.error.URLError, OSError, ValueError):
+    except Exception:  # pylint: disable=broad-except
+        # nothing usable answered (refused, reset, timed out, a broken HTTP answer): the caller tries again later
         return None, None
     try:
         return status, json.loads(text)
@@ -101,12 +105,33 @@ def replica_urls(folder):
     return found
 
 
+def busy_requests(url):
+    """Requests a replica is running or queueing, from its /metrics (no key; SGLang serves it with --enable-metrics);
+    None when it does not say (no metrics, or it does not answer: then nothing can be waited for)."""
+    status, text = http('GET', url + '/metrics', timeout=5.0)
+    if status != 200 or not isinstance(text, str):
+        return None
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if line.startswith('sglang:num_running_reqs') or line.startswith('sglang:num_queue_reqs'):
+            try:
+                total += float(line.rsplit(None, 1)[-1])
+                seen = True
+            except ValueError:
+                pass
+    return int(total) if seen else None
+
+
 class Sync(object):
     """Keeps the router's workers in step with the replica files."""
 
-    def __init__(self, base, key, folder, workers_file=None):
+    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0):
         self.base, self.key, self.folder, self.workers_file = base, key, folder, workers_file
+        self.drain_timeout = drain_timeout
         self.waiting = {}      # url -> the last /health status seen while it did not answer 200 (to log changes only)
+        self.names = {}        # url -> replica name, kept after its file goes (until the replica is drained)
+        self.draining = {}     # url -> when it was taken out of the router (time.monotonic())
+        self.adding = {}       # url -> when its addition was asked (the router adds in the background)
 
     def workers(self):
         status, body = http('GET', self.base + '/workers', self.key)
@@ -119,14 +144,24 @@ class Sync(object):
         if current is None:
             return
         wanted = replica_urls(self.folder)
+        self.names.update(wanted)
+        now = time.monotonic()
         for url, worker in sorted(current.items()):
+            # asked again every round while the router lists it: sglang-router 0.3.2 adds and removes workers in
+            # background workflows, and an addition still running when the removal ran lists the worker again
             if url not in wanted:
                 status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)[0]
-                log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
+                if url not in self.draining:
+                    log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
+                self.draining.setdefault(url, now)
+        self.drain(current, wanted)
         for url, name in sorted(wanted.items()):
             if url in current:
                 self.waiting.pop(url, None)
+                self.adding.pop(url, None)
                 continue
+            if now - self.adding.get(url, -60.0) < 30.0:
+                continue                            # asked already; the router is still adding it
             health = http('GET', url + '/health', timeout=10.0)[0]
             if health != 200:
                 if self.waiting.get(url, 'new') != health:
@@ -137,18 +172,40 @@ class Sync(object):
             worker_id = body.get('worker_id') if isinstance(body, dict) else None
             log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
             self.waiting.pop(url, None)
+            if status is not None and 200 <= status < 300:
+                self.adding[url] = now
         if self.workers_file:
-            self.record(wanted)
+            self.record()
 
-    def record(self, wanted):
-        """The router's workers now (after this round's changes), for the deploy and the status playbook."""
+    def drain(self, current, wanted):
+        """A worker taken out stays draining until the router no longer lists it (its removal runs in the background)
+        and the replica has no request left (its /metrics), or drain_timeout has passed."""
+        for url, since in sorted(self.draining.items()):
+            if url in wanted:                       # announced again (same address): it is a worker again
+                del self.draining[url]
+                continue
+            if url in current:
+                continue
+            busy = busy_requests(url)
+            waited = time.monotonic() - since
+            if busy and waited < self.drain_timeout:
+                continue
+            del self.draining[url]
+            log('replica %s at %s is out of the router%s' % (
+                self.names.pop(url, '?'), url,
+                '' if not busy else ' (%d requests still running after %d s: drain_timeout)' % (busy, waited)))
+
+    def record(self):
+        """The router's workers now (after this round's changes), and the replicas still draining, for the deploy
+        and the status playbook: a replica scaled away is named here until it has no request left."""
         current = self.workers()
         if current is None:
             return
-        doc = {'time': int(time.time()), 'workers': [
-            {'url': url, 'replica': wanted.get(url), 'healthy': bool(worker.get('is_healthy'))}
-            for url, worker in sorted(current.items())]}
-        write_atomic(self.workers_file, json.dumps(doc, indent=1) + '\n')
+        rows = [{'url': url, 'replica': self.names.get(url), 'healthy': bool(worker.get('is_healthy')),
+                 'draining': url in self.draining} for url, worker in sorted(current.items())]
+        rows += [{'url': url, 'replica': self.names.get(url), 'healthy': False, 'draining': True}
+                 for url in sorted(self.draining) if url not in current]
+        write_atomic(self.workers_file, json.dumps({'time': int(time.time()), 'workers': rows}, indent=1) + '\n')
 
 
 def write_atomic(path, text):
@@ -177,6 +234,8 @@ def main(argv=None):
     parser.add_argument('--workers-file', default=None)
     parser.add_argument('--model', default='glm-5.3-flash')
     parser.add_argument('--sync-interval', type=float, default=5.0)
+    parser.add_argument('--drain-timeout', type=float, default=120.0,
+                        help='seconds a replica taken out may finish its requests before it counts as out')
     parser.add_argument('--advertise', default=None, help='the host name clients use (default: this node, SLURMD_NODENAME)')
     opts = parser.parse_args(ours)
     if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
@@ -210,13 +269,18 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
 
-    sync = Sync(base, key, opts.replicas_dir, opts.workers_file)
+    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout)
     live = False
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
             log('the router exited (%s)' % code)
+            if opts.workers_file:
+                try:
+                    os.unlink(opts.workers_file)       # no router, no workers: status and the deploy see it at once
+                except OSError:
+                    pass
             return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else 128 - code)
         if not live and http('GET', base + '/liveness')[0] == 200:
             live = True
@@ -224,7 +288,11 @@ def main(argv=None):
             write_endpoint(opts.endpoint_file, url, opts.model)
             log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
         if live:
-            sync.step()
+            try:
+                sync.step()
+            except Exception as error:  # pylint: disable=broad-except
+                # one bad round (a file system hiccup, an odd answer) must not end the job and its router
+                log('keeping the replicas in step failed this round (%s: %s); trying again' % (type(error).__name__, error))
         time.sleep(opts.sync_interval if live else 0.5)
 
 

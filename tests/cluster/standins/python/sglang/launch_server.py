@@ -111,6 +111,9 @@ SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_
   file sglang-gpus     env GLM_STANDIN_SGLANG_GPUS     number of visible GPUs; default: the count in
                                                        CUDA_VISIBLE_DEVICES, else 0 inside a Slurm job (no
                                                        --gres=gpu) and 8 outside one
+  file sglang-decode   env GLM_STANDIN_SGLANG_DECODE   seconds each generation request takes before it answers
+                                                       (the decoding a real model does; counted as running in
+                                                       /metrics meanwhile; default 0)
   file sglang-dist-timeout  env GLM_STANDIN_SGLANG_DIST_TIMEOUT  multi-node: seconds the ranks wait for each other
                                                        (connect, all joined, all loaded); default --dist-timeout,
                                                        else 600 (torch's nccl default); this switch wins over both
@@ -567,6 +570,7 @@ class Handler(BaseHTTPRequestHandler):
         ident = uuid.uuid4().hex
         created = int(time.time())
         try:
+            time.sleep(seconds("sglang-decode", 0.0))
             if body.get("stream"):
                 self._stream(ident, created, model, reasoning, content, calls, finish)
                 return
