@@ -1144,7 +1144,15 @@ def info(ctx):
         found_ids = set(r['job_id'] for r in extra)
         missing = [j for j in missing if j not in found_ids]
     # the key is read only when there is a server to ask (a missing key file does not hide the jobs)
-    running = any(r.get('state') == 'RUNNING' and (wanted_live is None or is_live(r) == wanted_live) for r in rows)
+    try:
+        match = re.compile(params['probe_match']) if params.get('probe_match') else None
+    except re.error as exc:
+        raise ActionError('probe_match=%r is not a valid regular expression (%s): give a Python regular expression '
+                          'of the job names to ask, e.g. ^glm-serve(-[0-9]+)?$' % (params['probe_match'], exc))
+
+    def asked(row):
+        return row.get('state') == 'RUNNING' and (match is None or match.search(row.get('name') or '') is not None)
+    running = any(asked(r) and (wanted_live is None or is_live(r) == wanted_live) for r in rows)
     probe = make_probe(params.get('probe'))[0] if running else None
     jobs = []
     for row in sorted(rows, key=lambda r: _id_key(r['job_id'])):
@@ -1156,7 +1164,7 @@ def info(ctx):
         job['source'] = row.get('source') or 'slurmctld'
         job.update(live=is_live(row), ending=is_ending(row))
         if params.get('probe'):
-            job['probe'] = probe_job(probe, row) if probe is not None else None
+            job['probe'] = probe_job(probe, row) if probe is not None and asked(row) else None
         jobs.append(job)
     return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls,
             'accounting_calls': cli.accounting_calls}

@@ -58,6 +58,13 @@ options:
       - V(true), only the jobs that are live (in the queue and not ending, see RV(jobs[].live)); V(false), only the others.
       - Unset, every job found.
     type: bool
+  probe_match:
+    description:
+      - With O(probe), ask only the running jobs whose name matches this Python regular expression (C(re.search); the
+        others get no RV(jobs[].probe)), so that a listing of all of a user's jobs sends the key to no other server.
+      - Unset, every running job listed is asked.
+    type: str
+    version_added: 1.1.0
 seealso:
   - module: glm.serve.slurm_job
 '''
@@ -238,6 +245,7 @@ def argument_spec():
         details=dict(type='bool', default=True),
         live=dict(type='bool'),
         probe=dict(type='dict', options=job_actions.probe_options()),
+        probe_match=dict(type='str'),
         retry_timeout=dict(type='int', default=120),
         accounting=dict(type='bool', default=True),
     )

@@ -130,7 +130,7 @@ def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(r
     default = rendered["default"].read_text()
     assert "GLM_BASE_URL=" in default and "GLM_BASE_URL=" not in text
     assert '/replica/replicas/"$SLURM_JOB_NAME.url"' in text
-    assert "trap 'exit 143' TERM INT" in text and 'rm -f "$CONFIG" "$REPLICA_FILE"' in text
+    assert "trap 'exit 143' TERM INT" in text and 'then rm -f "$REPLICA_FILE"; fi' in text
     assert text.index("glm_gpu_check 8") < text.index('> "$REPLICA_FILE.$SLURM_JOB_ID"')   # announced once the GPUs passed
     # the script's part that announces and withdraws, run as a job would run it (no srun): SIGTERM removes the file
     work = tmp_path / "job"
@@ -139,21 +139,27 @@ def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(r
     assert block.count("\n") == 4, block                  # REPLICA_FILE=, mkdir, the two traps, the printf
     script = work / "announce.sh"
     script.write_text("set -euo pipefail\nCONFIG=%s/config\n%s\nsleep 30 & wait $!\n" % (work, block))
-    env = dict(os.environ, SLURM_JOB_NAME="glm-serve-2", SLURM_JOB_ID="7", SLURMD_NODENAME="node2")
-    proc = subprocess.Popen(["bash", str(script)], env=env, cwd=str(work))
     url_file = Path(block.split("REPLICA_FILE=", 1)[1].split('"$SLURM_JOB_NAME', 1)[0].strip("'")) / "glm-serve-2.url"
-    try:
-        for _tick in range(100):
-            if url_file.exists():
-                break
-            subprocess.run(["sleep", "0.1"], check=True)
-        assert url_file.read_text() == "http://node2:30000\n"
-        proc.terminate()
-        assert proc.wait(timeout=10) == 143
-        assert not url_file.exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # job 7 announces itself, is cancelled: its file goes; job 9 announces itself, a replacement (job 10) announces
+    # itself meanwhile, job 9 is cancelled: the replacement's file stays
+    for job_id, replaced in (("7", False), ("9", True)):
+        env = dict(os.environ, SLURM_JOB_NAME="glm-serve-2", SLURM_JOB_ID=job_id, SLURMD_NODENAME="node2")
+        proc = subprocess.Popen(["bash", str(script)], env=env, cwd=str(work))
+        try:
+            for _tick in range(100):
+                if url_file.exists():
+                    break
+                subprocess.run(["sleep", "0.1"], check=True)
+            assert url_file.read_text() == "http://node2:30000\n%s\n" % job_id
+            if replaced:
+                url_file.write_text("http://node1:30000\n10\n")
+            proc.terminate()
+            assert proc.wait(timeout=10) == 143
+            assert url_file.exists() == replaced
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert url_file.read_text() == "http://node1:30000\n10\n"
 
 
 def test_a_server_over_two_nodes(rendered):
