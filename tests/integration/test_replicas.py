@@ -143,9 +143,11 @@ def env(tmp_path_factory):
     finally:
         run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), tmp)
         left = jobs()
+        kept = [name for name in ('replicas', 'router-workers.json') if os.path.exists(os.path.join(work, name))]
         scancel_names(NAMES)
         shutil.rmtree(work, ignore_errors=True)
         assert not {k: v for k, v in left.items() if v[1] not in ('COMPLETING',)}, left
+        assert kept == [], kept                     # teardown removed the replicas' and the router's files
 
 
 def test_deploy_two_replicas_behind_the_router(env):
@@ -183,6 +185,26 @@ def test_second_deploy_changes_nothing(env):
     assert jobs() == before
 
 
+def test_check_mode_changes_nothing_and_says_what_it_sees(env):
+    before = jobs()
+    proc = run_playbook('deploy.yml', variables(), env['tmp'], timeout=600, options=['--check'])
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert recap(proc)[0] == 0, proc.stdout[-4000:]
+    assert jobs() == before
+    assert 'check mode, not waited for: live, RUNNING' in proc.stdout, proc.stdout[-3000:]
+
+
+def test_status_shows_the_router_what_it_has_and_each_replica(env):
+    now = jobs()
+    proc = run_playbook('status.yml', variables(), env['tmp'], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = proc.stdout
+    assert 'router: job %s RUNNING on node3, policy round_robin, /v1/models ready' % now[ROUTER][0] in out, out[-3000:]
+    for name in REPLICAS:
+        assert re.search(r'router has: http://node\d:30000 \(%s, healthy, requests served: \d+\)' % re.escape(name), out), out[-3000:]
+    assert re.search(r'%s job %s: RUNNING on node\d, /v1/models ready' % (re.escape(SERVE + '-2'), now[SERVE + '-2'][0]), out), out[-3000:]
+
+
 def test_a_cancelled_replica_costs_no_request_and_a_deploy_brings_it_back(env):
     before = jobs()
     ssh('scancel %s' % before[SERVE + '-2'][0])
@@ -202,12 +224,17 @@ def test_a_cancelled_replica_costs_no_request_and_a_deploy_brings_it_back(env):
 
 def test_scale_down_to_one_then_up_to_two(env):
     before = jobs()
-    proc = run_playbook('deploy.yml', variables(server_replicas=1, router_enabled=True), env['tmp'], timeout=600)
+    # server_replicas=1 as the issue writes it (no router_enabled): the router stays while replicas are there; replica
+    # 2 is drained (a request it is running is answered) before it is cancelled; replica 1 and the router untouched
+    proc = run_playbook('deploy.yml', variables(server_replicas=1), env['tmp'], timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     now = jobs()
     assert set(now) == {SERVE, ROUTER} and now[SERVE] == before[SERVE] and now[ROUTER] == before[ROUTER], now
     assert [w['replica'] for w in workers_file()] == [SERVE]
     assert chats(3) == [200] * 3
+    assert endpoint() == 'http://node3:30000/v1'
+    log = ssh('cat ~/%s/%s-%s.out' % (WORK, ROUTER, now[ROUTER][0]))
+    assert 'replica %s at http://node' % (SERVE + '-2') in log and 'is out of the router' in log, log[-2000:]
     proc = run_playbook('deploy.yml', variables(), env['tmp'], timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     now = jobs()

@@ -261,7 +261,10 @@ def main(argv=None):
             os._exit(1)  # pylint: disable=protected-access
     del args
 
+    stopping = []
+
     def forward(signum, _frame):
+        stopping.append(signum)                 # no more rounds: the router is going (teardown removes its files)
         try:
             os.kill(child, signum)
         except OSError:
@@ -287,7 +290,7 @@ def main(argv=None):
             url = 'http://%s:%d' % (host, args_port(router_argv))
             write_endpoint(opts.endpoint_file, url, opts.model)
             log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
-        if live:
+        if live and not stopping:
             try:
                 sync.step()
             except Exception as error:  # pylint: disable=broad-except

@@ -412,6 +412,34 @@ def test_info_probe_asks_the_running_job_with_the_key_from_its_file(run, monkeyp
     assert ok and result['jobs'][0]['probe'] is None
 
 
+def test_info_probe_match_asks_only_the_jobs_it_names(run, monkeypatch, tmp_path):
+    # status lists all of the user's live jobs (one squeue) and asks only the replicas and the router: another
+    # running job of the user, whatever listens on its node's port, never gets the key
+    key_file = tmp_path / 'api-key'
+    key_file.write_text(u'sekrit-key-0123\n')
+    os.chmod(str(key_file), 0o600)
+    asked = []
+
+    def check(probe, node):
+        asked.append(node)
+        return mp.ProbeResult(mp.READY, 'serves glm-5.3-flash', answered=True, models=['glm-5.3-flash'])
+    monkeypatch.setattr(mp.ModelProbe, 'check', check)
+    argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-u', 'glmuser', '-o', FMT]
+    slurm = Slurm().on(argv, out=squeue_row('7', 'RUNNING', name='notebook', nodes='node1')
+                       + squeue_row('8', 'RUNNING', name='glm-serve-2', nodes='node2')
+                       + squeue_row('9', 'RUNNING', name='glm-serve-router', nodes='node3')
+                       + squeue_row('10', 'RUNNING', name='glm-serve-2x', nodes='node4'))
+    probe = {'port': 30000, 'key_file': str(key_file), 'model': 'glm-5.3-flash'}
+    ok, result = run(slurm_job_info, {'live': True, 'details': False, 'probe': probe,
+                                      'probe_match': '^(glm-serve-[0-9]+|glm-serve-router)$'}, slurm)
+    assert ok, result
+    assert asked == ['node2', 'node3']
+    assert [(j['name'], j['probe'] is not None) for j in result['jobs']] == [
+        ('notebook', False), ('glm-serve-2', True), ('glm-serve-router', True), ('glm-serve-2x', False)]
+    ok, result = run(slurm_job_info, {'live': True, 'details': False, 'probe': probe, 'probe_match': '(unclosed'}, slurm)
+    assert not ok and 'probe_match=' in result['msg'] and 'not a valid regular expression' in result['msg']
+
+
 def test_info_by_ids_falls_back_to_scontrol_and_reports_missing(run):
     argv = ['/usr/bin/squeue', '--local', '-h', '-t', 'all', '-j', '5,6', '-o', FMT]
     slurm = Slurm().on(argv, rc=1, err=fixture('squeue_invalid.stderr')).on(
