@@ -89,9 +89,12 @@ test: ## everything CI runs (TEST_STAGES, timed)
 RELEASE_FAULTS ?= test_01 or test_05b or test_08 or test_11a
 # molecule's default scenario there; the replicas scenario runs in the suite (the router does not depend on Slurm's release)
 RELEASE_MOLECULE ?= default
+# The releases run in two lanes side by side (22.05 then 24.11 on one, 26.05 on the other): each is a cluster of its
+# own, and their stages mostly wait on Slurm, so two at once fit on two cores.
+RELEASE_LANES ?= bookworm,trixie sid
 releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
 	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) GLM_MATRIX_FAULTS="$(RELEASE_FAULTS)" GLM_MATRIX_MOLECULE="$(RELEASE_MOLECULE)" \
-	  tests/cluster/matrix.sh
+	  GLM_MATRIX_LANES="$(RELEASE_LANES)" tests/cluster/matrix.sh
 
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
 	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh

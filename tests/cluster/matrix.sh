@@ -7,6 +7,8 @@
 #   GLM_MATRIX_FAULTS="test_01 or ..." (the fault cases to run: a pytest -k expression; default FAULTS below;
 #                                       make test's releases target sets it)
 #   GLM_MATRIX_MOLECULE=default        (one molecule scenario instead of all; make test's releases target sets it)
+#   GLM_MATRIX_LANES="bookworm,trixie sid"  (releases side by side: each lane's in turn, the lanes at once; make
+#                                       test's releases target sets it; unset: all of them in turn)
 #
 # For each release of GLM_MATRIX_RELEASES (default "bookworm trixie sid"): the cluster of that release
 # (cluster.sh with GLM_CLUSTER_RELEASE; bookworm = the host's Slurm 22.05, trixie = 24.11 and sid = 26.05 in their
@@ -105,9 +107,17 @@ molecule_on() {
   fi
 }
 
-for rel in "${RELEASES[@]}"; do
+# One release, start to end: its cluster, its stages; the results go to $OUT/$rel.results ("stage result seconds"
+# lines) for the table, so that releases can run side by side in lanes (below).
+run_release() {
+  local rel=$1
   export GLM_CLUSTER_RELEASE=$rel
-  rm -f "$OUT/$rel-bench.json"
+  # each release's own molecule folder and pytest temp root: two lanes never share one
+  export MOLECULE_EPHEMERAL_DIRECTORY=/tmp/glm-matrix-$rel/molecule
+  export GLM_MATRIX_BASETEMP=/tmp/glm-matrix-$rel/pytest
+  rm -rf "/tmp/glm-matrix-$rel"
+  mkdir -p "$MOLECULE_EPHEMERAL_DIRECTORY"
+  rm -f "$OUT/$rel-bench.json" "$OUT/$rel.results"
   if [ "$rel" != bookworm ]; then
     # a fresh start, with this run's configuration (MinJobAge), and a start time measured from down
     "$CLUSTER" stop >/dev/null 2>&1
@@ -115,12 +125,12 @@ for rel in "${RELEASES[@]}"; do
   # on the host cluster, start reconfigures a running slurmctld with this MinJobAge
   if stage "$rel" install "$CLUSTER" install && stage "$rel" start "$CLUSTER" start; then
     stage "$rel" smoke "$CLUSTER" smoke
-    stage "$rel" slurm_job "$BIN/pytest" -p no:cacheprovider -v tests/integration/test_slurm_job_live.py
+    stage "$rel" slurm_job "$BIN/pytest" -p no:cacheprovider --basetemp="$GLM_MATRIX_BASETEMP" -v tests/integration/test_slurm_job_live.py
     if in_suite "$rel"; then
       RESULT[$rel.molecule]=suite RESULT[$rel.faults]=suite
     else
       stage "$rel" molecule molecule_on "$rel"
-      stage "$rel" faults "$BIN/pytest" -p no:cacheprovider -v tests/integration/test_faults.py -k "$FAULTS"
+      stage "$rel" faults "$BIN/pytest" -p no:cacheprovider --basetemp="$GLM_MATRIX_BASETEMP" -v tests/integration/test_faults.py -k "$FAULTS"
     fi
     stage "$rel" bench "$BIN/python" tests/bench/bench_release.py --json "$OUT/$rel-bench.json"
     if [ -n "${GLM_MATRIX_FIXTURES:-}" ]; then stage "$rel" fixtures capture "$rel"; fi
@@ -131,8 +141,33 @@ for rel in "${RELEASES[@]}"; do
     "$CLUSTER" stop >/dev/null 2>&1
   fi
   grep -h '^cluster: root .* installed in' "$OUT/$rel-install.log" >&2 || true
+  local s
+  for s in "${STAGES[@]}"; do
+    printf '%s %s %s\n' "$s" "${RESULT[$rel.$s]:-skip}" "${TIME[$rel.$s]:-}"
+  done >"$OUT/$rel.results"
+}
+
+# GLM_MATRIX_LANES="bookworm,trixie sid": the releases of a lane one after the other, the lanes side by side (each
+# release is its own cluster: the host's, or a Debian root in its own namespaces). Unset: one lane, every release of
+# GLM_MATRIX_RELEASES in turn.
+read -r -a LANES <<<"${GLM_MATRIX_LANES:-$(IFS=,; echo "${RELEASES[*]}")}"
+pids=()
+for lane in "${LANES[@]}"; do
+  (
+    IFS=, read -r -a lane_releases <<<"$lane"
+    for rel in "${lane_releases[@]}"; do run_release "$rel"; done
+  ) &
+  pids+=($!)
 done
-unset GLM_CLUSTER_RELEASE
+for pid in "${pids[@]}"; do wait "$pid"; done
+unset GLM_CLUSTER_RELEASE MOLECULE_EPHEMERAL_DIRECTORY
+# the lanes' results, back in this shell
+for rel in "${RELEASES[@]}"; do
+  while read -r s v t; do
+    RESULT[$rel.$s]=$v
+    if [ -n "$t" ]; then TIME[$rel.$s]=$t; fi
+  done <"$OUT/$rel.results" 2>/dev/null || true
+done
 
 # the table: each stage ok / FAIL / suite (the whole suite ran on it) with its seconds, then the benchmark's figures
 rc=0
