@@ -193,7 +193,7 @@ class Sync(object):
             del self.draining[url]
             log('replica %s at %s is out of the router%s' % (
                 self.names.pop(url, '?'), url,
-                '' if not busy else ' (%d requests still running after %d s: drain_timeout)' % (busy, waited)))
+                ' (%s requests still running after %d s: drain_timeout)' % (busy, waited) if busy else ''))
 
     def record(self):
         """The router's workers now (after this round's changes), and the replicas still draining, for the deploy
