@@ -42,7 +42,7 @@ export GLM_MOLECULE_INVENTORY = $(if $(filter bookworm,$(GLM_CLUSTER_RELEASE)),l
 TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
-.PHONY: help setup cluster cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
+.PHONY: help setup cluster roots cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
         pytest-integration sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
         scaffold-test install-test runner-test
 
@@ -63,6 +63,9 @@ cluster: ## install (first time) and start the local Slurm cluster
 	$(CLUSTER) install
 	$(CLUSTER) start
 
+roots: ## install the Debian roots of the releases make test covers besides its own (sid: Slurm 26.05), not started
+	GLM_CLUSTER_RELEASE=sid $(CLUSTER) install
+
 cluster-status: ## what runs on the local cluster
 	$(CLUSTER) status
 
@@ -75,7 +78,10 @@ demo: setup cluster ## the embedded default: deploy on the local cluster, call t
 # make test's stages, in order; tests/tooling/stages.sh runs each as its own make and prints their times at the end
 # sanity and units run in test-ansible-ci, on the oldest and the newest claimed ansible-core (make sanity and make
 # units, on the toolchain's, are for working on the tree)
-TEST_STAGES := setup cluster lint build docs test-ansible-ci scaffold-test install-test runner-test molecule pytest releases
+# roots: the Debian root of 26.05 (sid) for the releases stage, installed in the background from the start (on a fresh
+# machine, minutes of debootstrap and apt inside the root, which touch nothing of the host's packages).
+TEST_STAGES := setup cluster bg:roots lint build docs test-ansible-ci scaffold-test install-test runner-test molecule pytest \
+	wait:roots releases
 test: ## everything CI runs (TEST_STAGES, timed)
 	MAKE="$(MAKE)" GLM_STAGE_VARS="GLM_CLUSTER_RELEASE=$(TEST_RELEASE)" tests/tooling/stages.sh $(TEST_STAGES)
 	@echo "make test: all stages passed"

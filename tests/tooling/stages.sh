@@ -5,26 +5,51 @@
 # make test's driver: runs the make targets named on the command line one after the other (MAKE, with the make
 # variables in GLM_STAGE_VARS), stops at the first that fails as make would, and prints each stage's wall time at the
 # end, passed or not, so that a CI run says where its minutes went.
+#   bg:NAME    starts make NAME in the background (its output in tests/output/stage-NAME.log) and goes on;
+#   wait:NAME  waits for it, shows the end of its log, and stops here if it failed (its time: from start to end).
 #
-#   MAKE=make GLM_STAGE_VARS="GLM_CLUSTER_RELEASE=trixie" tests/tooling/stages.sh setup cluster lint ...
+#   MAKE=make GLM_STAGE_VARS="GLM_CLUSTER_RELEASE=trixie" tests/tooling/stages.sh setup cluster bg:roots lint ...
 set -uo pipefail
 read -r -a VARS <<<"${GLM_STAGE_VARS:-}"
 declare -a NAMES=() TIMES=() RESULTS=()
+declare -A BG_PID=() BG_START=()
 start=$SECONDS
 rc=0
+mkdir -p tests/output
 for stage in "$@"; do
   t0=$SECONDS
-  printf '\n==> make test: stage %s (at %s s)\n' "$stage" "$((t0 - start))"
-  "${MAKE:-make}" --no-print-directory "${VARS[@]}" "$stage"
-  rc=$?
-  NAMES+=("$stage") TIMES+=($((SECONDS - t0)))
+  case $stage in
+    bg:*)
+      name=${stage#bg:}
+      printf '\n==> make test: stage %s, in the background (at %s s; log tests/output/stage-%s.log)\n' "$name" "$((t0 - start))" "$name"
+      "${MAKE:-make}" --no-print-directory "${VARS[@]}" "$name" >"tests/output/stage-$name.log" 2>&1 </dev/null &
+      BG_PID[$name]=$! BG_START[$name]=$t0
+      continue
+      ;;
+    wait:*)
+      name=${stage#wait:}
+      printf '\n==> make test: waiting for stage %s (at %s s)\n' "$name" "$((t0 - start))"
+      wait "${BG_PID[$name]}"
+      rc=$?
+      tail -n 15 "tests/output/stage-$name.log"
+      NAMES+=("$name (background)") TIMES+=($((SECONDS - BG_START[$name])))
+      ;;
+    *)
+      printf '\n==> make test: stage %s (at %s s)\n' "$stage" "$((t0 - start))"
+      "${MAKE:-make}" --no-print-directory "${VARS[@]}" "$stage"
+      rc=$?
+      NAMES+=("$stage") TIMES+=($((SECONDS - t0)))
+      ;;
+  esac
   if [ "$rc" -ne 0 ]; then RESULTS+=(FAIL); break; fi
   RESULTS+=(ok)
 done
+# a background stage not waited for (a stage before its wait failed): stopped with the run
+for name in "${!BG_PID[@]}"; do kill "${BG_PID[$name]}" 2>/dev/null || true; done
 printf '\nmake test: stage times\n'
 for i in "${!NAMES[@]}"; do
-  printf '  %-16s %-4s %5d s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
+  printf '  %-24s %-4s %5d s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}"
 done
-printf '  %-16s %-4s %5d s (%d min %d s)\n' total "$([ "$rc" -eq 0 ] && echo ok || echo FAIL)" \
+printf '  %-24s %-4s %5d s (%d min %d s)\n' total "$([ "$rc" -eq 0 ] && echo ok || echo FAIL)" \
   "$((SECONDS - start))" "$(((SECONDS - start) / 60))" "$(((SECONDS - start) % 60))"
 exit "$rc"
