@@ -141,12 +141,13 @@ def env(tmp_path_factory):
         print('\nREPLICAS: first deploy of 2 replicas + router in %.0f s' % took)
         yield {'tmp': tmp, 'deploy': proc}
     finally:
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), tmp)
+        down = run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), tmp)
         left = jobs()
         kept = [name for name in ('replicas', 'router-workers.json') if os.path.exists(os.path.join(work, name))]
         scancel_names(NAMES)
         shutil.rmtree(work, ignore_errors=True)
         assert not {k: v for k, v in left.items() if v[1] not in ('COMPLETING',)}, left
+        assert down.returncode == 0, down.stdout[-3000:]
         assert kept == [], kept                     # teardown removed the replicas' and the router's files
 
 
