@@ -27,7 +27,8 @@ _WANTED = {
 def sglang_metrics(text):
     """A dict of the server's load from SGLang's Prometheus exposition (``/metrics``): running, queued,
     gen_throughput (tokens/s), token_usage (0..1, the KV cache), used_tokens, max_total_tokens, requests_total,
-    prompt_tokens_total, generation_tokens_total; a value SGLang did not export (yet) is None."""
+    prompt_tokens_total, generation_tokens_total; a value SGLang did not export (yet) is None. Series of one priority
+    (``priority="<int>"``, with --enable-priority-scheduling) are left out: their total is already counted."""
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError:
@@ -42,7 +43,9 @@ def sglang_metrics(text):
             if wanted is None:
                 continue
             for sample in family.samples:
-                if sample.name.endswith('_created'):
+                if sample.name.endswith('_created') or sample.labels.get('priority'):
+                    # with --enable-priority-scheduling the total is the series with priority="" and each priority
+                    # has its own series beside it (observability/metrics_collector.py L1178-1190 of SGLang 0.5.21)
                     continue
                 values[wanted[0]].append(sample.value)
     except ValueError as exc:

@@ -36,12 +36,15 @@ DOWNLOADED_RE = re.compile(r'^\[glm\.serve\] download complete')
 IDLE_STOP_RE = re.compile(r'^\[glm\.serve\] stopped after (\S+) idle')
 
 # SGLang 0.5.21's own log lines, in the order a start prints them: model_executor/model_runner.py L1188 ("Load weight
-# begin."), model_loader/weight_utils.py L1147-1152 (tqdm, BAR_FORMAT of utils/common.py L1315), model_executor/
+# begin."), the weights' tqdm bar (BAR_FORMAT of utils/common.py L1315; on stderr, no log prefix, refreshes joined by
+# carriage returns): by default "Multi-thread loading shards" (model_loader/loader.py L602, L681-690; weight_utils.py
+# L1269-1275), "Loading safetensors checkpoint shards" when the flags select the single-thread loader (loader.py
+# L651-672: --weight-loader-prefetch-checkpoints, or enable_multithread_load false; weight_utils.py L1147-1152), model_executor/
 # model_runner_components/cuda_graph_setup.py L645-656, L719-745 ("Capture target decode CUDA graph begin." ...;
 # older releases: "Capture cuda graph begin."), entrypoints/http_server.py L2476 ("fired up")
 _SGLANG = (
     ('loading', re.compile(r'Load weight begin\.')),
-    ('loading', re.compile(r'Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+)')),
+    ('loading', re.compile(r'(?:Multi-thread loading|Loading safetensors checkpoint) shards:\s*(\d+)% Completed \| (\d+)/(\d+)')),
     ('loaded', re.compile(r'Load weight end\.')),
     ('capturing', re.compile(r'Capture (?:[\w ]+ )?(?:cuda|CUDA) graph begin\.')),
     ('warming', re.compile(r'Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end\.|Uvicorn running on ')),

@@ -104,6 +104,7 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
 
 @pytest.mark.parametrize("extra, variable, words", [
     ({"router_policy": "fastest"}, "router_policy", "cache_aware"),
+    ({"router_policy": "power_of_two"}, "router_policy", "cache_aware, round_robin, random"),
     ({"router_port": 80}, "router_port", "1024 to 65535"),
     ({"router_port": 29000}, "router_metrics_port", "two different ports"),
     ({"router_extra_args": ["--api-key", "x"]}, "router_extra_args", "glm_api_key_file"),

@@ -38,7 +38,7 @@ def test_the_capture_is_the_real_one():
     shared = os.path.join(REPO, "..", "shared", "reference", "captured", "h200")
     if not os.path.isdir(shared):
         pytest.skip("no ../shared/reference here")
-    for name in ("nvidia-smi.txt", "nvidia-smi-q.txt", "query-gpu.csv", "query-apps.csv"):
+    for name in ("nvidia-smi.txt", "nvidia-smi-q.txt", "query-gpu.csv", "query-apps.csv", "query-gpu-driver.csv"):
         with open(os.path.join(shared, name), encoding="utf-8") as handle:
             assert captured(name) == handle.read(), name
 
@@ -86,7 +86,7 @@ def test_what_the_real_tool_refuses():
 # -- the GPU check of serve.sbatch ----------------------------------------------------------------------------
 
 
-def check(want, tmp_path, fake=None, fraction="0.95", **env):
+def check(want, tmp_path, fake=None, fraction="0.95", min_driver=None, **env):
     """Run glm_gpu_check WANT FRACTION with the stand-in (or a fake nvidia-smi printing fake's text) on the PATH."""
     path = [os.path.dirname(SMI)]
     if fake is not None:
@@ -102,7 +102,9 @@ def check(want, tmp_path, fake=None, fraction="0.95", **env):
     environ.update(PATH=os.pathsep.join(path + ["/usr/bin", "/bin"]), GLM_STANDIN_CONTROL="/nonexistent",
                    SLURMD_NODENAME="node1", **env)
     started = time.monotonic()
-    proc = subprocess.run(["bash", "-c", 'set -euo pipefail; . "$1"; glm_gpu_check "$2" "$3"', "check", CHECK, str(want), fraction],
+    extra = [min_driver] if min_driver else []
+    proc = subprocess.run(["bash", "-c", 'set -euo pipefail; . "$1"; shift; glm_gpu_check "$@"', "check", CHECK, str(want),
+                           fraction] + extra,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=environ,
                           stdin=subprocess.DEVNULL, check=False)
     return proc, time.monotonic() - started
@@ -113,7 +115,8 @@ def test_a_healthy_node_passes_with_a_line_per_gpu(tmp_path):
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(lines) == 9 and all(line.endswith(": ok") for line in lines[:8])
-    assert lines[0] == "gpu-check: node1 GPU 0 NVIDIA H200 00000000:00:06.0: 143156 of 143771 MiB free, ECC 0, Default, no process: ok"
+    assert lines[0] == ("gpu-check: node1 GPU 0 NVIDIA H200 00000000:00:06.0: 143156 of 143771 MiB free, ECC 0, Default, "
+                        "no process, driver 580.159.04: ok")
     assert re.match(r"^gpu-check: node1: 8 GPUs ok \(\d+s\)$", lines[8])
     print("GPU check of a healthy 8-GPU node: %.2f s" % took)
 
@@ -134,10 +137,13 @@ def test_each_fault_fails_naming_the_node_the_gpu_and_the_cause(tmp_path, env, c
 
 def test_the_real_captured_csv_one_h200(tmp_path):
     """The check reads the CSV the real nvidia-smi printed (the capture's rows, without the header, as
-    --format=csv,noheader,nounits prints them): one healthy H200."""
-    rows = captured("query-gpu.csv").splitlines()[1]
-    values = dict(zip(FIELDS.split(","), rows.split(", ")))
-    asked = "index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,compute_mode"
+    --format=csv,noheader,nounits prints them): one healthy H200 (query-gpu-driver.csv: the check's fields and
+    driver_version, 580.159.04)."""
+    heads, rows = captured("query-gpu-driver.csv").splitlines()[:2]
+    values = dict(zip([re.sub(r" \[.*\]$", "", h) for h in heads.split(", ")], rows.split(", ")))
+    asked = ("index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,"
+             "compute_mode,driver_version")
+    assert re.search(r"fields=%s$" % re.escape(asked), open(CHECK, encoding="utf-8").read(), re.M)
     line = ", ".join(re.sub(r" (MiB|%|W)$", "", values[f]) for f in asked.split(","))
     (tmp_path / "gpus.csv").write_text(line + "\n")
     ok, _t = check(1, tmp_path, fake=str(tmp_path / "gpus.csv"))
@@ -155,3 +161,44 @@ def test_no_nvidia_smi_is_a_failure_of_the_node(tmp_path):
     proc = subprocess.run(["bash", "-c", '. "$1"; glm_gpu_check 8 0.95', "check", CHECK], stdout=subprocess.PIPE,
                           universal_newlines=True, env=environ, stdin=subprocess.DEVNULL, check=False)
     assert proc.returncode == 1 and proc.stdout.strip() == "gpu-check: FAILED on node1: nvidia-smi not found (no NVIDIA driver on this node)"
+
+
+# -- the driver: SGLang 0.5.21's image is CUDA 13 (torch 2.13 and flashinfer-python[cu13] 0.6.18 in the wheel's
+# METADATA), which needs the NVIDIA driver 580 or later ------------------------------------------------------------
+
+
+def test_driver_version_as_the_real_query_prints_it():
+    """The capture of query-gpu-driver.csv (the check's fields plus driver_version, on the real H200); the switch
+    gpu-driver makes the node's driver another one (the table's and -q's too)."""
+    fields = ("index,uuid,name,pci.bus_id,driver_version,memory.total,memory.used,memory.free,"
+              "ecc.errors.uncorrected.volatile.total,compute_mode")
+    assert smi(["--query-gpu=" + fields, "--format=csv"], CUDA_VISIBLE_DEVICES="0").stdout == captured("query-gpu-driver.csv")
+    old = {"GLM_STANDIN_GPU_DRIVER": "node1:570.172.08"}
+    rows = smi(["--query-gpu=index,driver_version", "--format=csv,noheader,nounits"], **old).stdout.splitlines()
+    assert rows == ["%d, 570.172.08" % i for i in range(8)]
+    assert "Driver Version: 570.172.08     CUDA Version: 12.8" in smi([], **old).stdout
+    assert re.search(r"^Driver Version\s+: 570\.172\.08$", smi(["-q"], **old).stdout, re.M)
+    other_node = smi(["--query-gpu=driver_version", "--format=csv,noheader"], GLM_STANDIN_GPU_DRIVER="node2:570.172.08")
+    assert other_node.stdout.splitlines()[0] == "580.159.04"
+
+
+@pytest.mark.parametrize("driver, ok", [("570.172.08", False), ("575.64.05", False), ("580.159.04", True),
+                                        ("590.44.01", True)])
+def test_a_driver_older_than_the_minimum_fails_naming_it(tmp_path, driver, ok):
+    proc, _took = check(8, tmp_path, GLM_STANDIN_GPU_DRIVER="node1:" + driver)
+    if ok:
+        assert proc.returncode == 0, proc.stdout
+        assert "driver %s" % driver in proc.stdout.splitlines()[0]
+        return
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[-1] == (
+        "gpu-check: FAILED on node1: NVIDIA driver %s is older than 580, the minimum for SGLang 0.5.21's image (CUDA 13); "
+        "ask the cluster's administrators for driver 580 or later on this node (or set server_gpu_min_driver)" % driver)
+
+
+def test_the_minimum_is_a_parameter(tmp_path):
+    environ = dict(GLM_STANDIN_GPU_DRIVER="node1:570.172.08")
+    lower, _took = check(8, tmp_path, min_driver="570.100", **environ)
+    higher, _took = check(8, tmp_path, min_driver="570.172.9", **environ)
+    assert lower.returncode == 0, lower.stdout
+    assert higher.returncode == 1 and "older than 570.172.9" in higher.stdout

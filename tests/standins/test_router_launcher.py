@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
 class Router:
     """glm_router.py in a subprocess, its files and the router's URLs."""
 
-    def __init__(self, tmp_path, extra=(), key=KEY):
+    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=()):
         self.key_file = tmp_path / "api-key"
         if key is not None:
             self.key_file.write_text(key + "\n", encoding="utf-8")
@@ -47,8 +47,8 @@ class Router:
         self.log_path = tmp_path / "router.log"
         ours = ["--key-file", str(self.key_file), "--replicas-dir", str(self.replicas), "--endpoint-file", str(self.endpoint),
                 "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra)
-        theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", "round_robin",
-                  "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"]
+        theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
+                  "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"] + list(router_args)
         argv = [ROUTER_PYTHON, LAUNCHER] + ours + ["--"] + theirs
         with open(self.log_path, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -37,6 +37,7 @@ Standard library only, besides sglang_router in the child.
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -113,12 +114,17 @@ def busy_requests(url):
         return None
     total, seen = 0.0, False
     for line in text.splitlines():
-        if line.startswith('sglang:num_running_reqs') or line.startswith('sglang:num_queue_reqs'):
-            try:
-                total += float(line.rsplit(None, 1)[-1])
-                seen = True
-            except ValueError:
-                pass
+        if not (line.startswith('sglang:num_running_reqs') or line.startswith('sglang:num_queue_reqs')):
+            continue
+        if re.search(r'[{,]priority="[^"]', line.split('}', 1)[0]):
+            # --enable-priority-scheduling: one series per priority beside the total (priority=""); SGLang 0.5.21's
+            # observability/metrics_collector.py L1178-1190. The total is enough.
+            continue
+        try:
+            total += float(line.rsplit(None, 1)[-1])
+            seen = True
+        except ValueError:
+            pass
     return int(total) if seen else None
 
 
@@ -162,7 +168,8 @@ class Sync(object):
                 continue
             if now - self.adding.get(url, -60.0) < 30.0:
                 continue                            # asked already; the router is still adding it
-            health = http('GET', url + '/health', timeout=10.0)[0]
+            # SGLang 0.5.21's /health waits for an output of the running requests on a busy replica: up to 20 s
+            health = http('GET', url + '/health', timeout=25.0)[0]
             if health != 200:
                 if self.waiting.get(url, 'new') != health:
                     log('replica %s at %s does not answer /health yet (%s)' % (name, url, health or 'no answer'))

@@ -21,7 +21,9 @@ glm_watch_activity() {
     sleep "$interval"
     # -f: an HTTP error is no reading; --noproxy: the node itself, never through a proxy the job inherited
     text=$(curl -sf --noproxy '*' --max-time 10 "$url") || continue
+    # with --enable-priority-scheduling each priority has a series beside the total (priority=""): skip those
     sums=$(printf '%s\n' "$text" | awk '
+      $1 ~ /[{,]priority="[^"]/ { next }
       $1 ~ /^sglang:num_requests_total(\{|$)/ { t += $NF; seen = 1 }
       $1 ~ /^sglang:num_running_reqs(\{|$)/ { r += $NF }
       $1 ~ /^sglang:num_queue_reqs(\{|$)/ { q += $NF }

@@ -1,13 +1,16 @@
-# glm_gpu_check WANT MIN_FREE_FRACTION: check the GPUs this job got before SGLang loads the weights onto them.
+# glm_gpu_check WANT MIN_FREE_FRACTION [MIN_DRIVER]: check the GPUs this job got before SGLang loads the weights.
 # One nvidia-smi query of the GPUs (CSV, no units) and one of their compute processes; one line per GPU, then a
 # verdict. Fails (status 1) when nvidia-smi is missing or fails, when fewer or more than WANT GPUs are visible,
-# or when a GPU has less than MIN_FREE_FRACTION of its memory free, a compute process, an uncorrectable volatile
-# ECC error, or a compute mode that refuses work (Prohibited). The verdict line of a failure reads
+# when the NVIDIA driver is older than MIN_DRIVER (default 580: SGLang 0.5.21's image is CUDA 13, torch 2.13 and
+# flashinfer cu13, which need driver 580 or later; versions compared number by number, field driver_version as the
+# real H200 prints it: 580.159.04), or when a GPU has less than MIN_FREE_FRACTION of its memory free, a compute
+# process, an uncorrectable volatile ECC error, or a compute mode that refuses work (Prohibited). The verdict line of
+# a failure reads
 #   gpu-check: FAILED on NODE: CAUSE; CAUSE...
 # (the deploy reads NODE and CAUSE from it). Bash and awk only: it runs on the compute node, outside the container.
 glm_gpu_check() {
-  local want=$1 min_free=$2 node=${SLURMD_NODENAME:-$(hostname -s)} started=$SECONDS gpus apps fields ids
-  fields=index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,compute_mode
+  local want=$1 min_free=$2 min_driver=${3:-580} node=${SLURMD_NODENAME:-$(hostname -s)} started=$SECONDS gpus apps fields ids
+  fields=index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,compute_mode,driver_version
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "gpu-check: FAILED on $node: nvidia-smi not found (no NVIDIA driver on this node)"
     return 1
@@ -23,7 +26,13 @@ glm_gpu_check() {
   fi
   apps=$(nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null) || apps=
   printf '%s\n' "$gpus" | awk -F', *' -v want="$want" -v min="$min_free" -v node="$node" -v apps="$apps" \
-    -v took=$((SECONDS - started)) '
+    -v min_driver="$min_driver" -v took=$((SECONDS - started)) '
+    # 1 when version a is older than b, number by number (580.65.06 < 580.159.04 < 590)
+    function older(a, b,    x, y, i, n) {
+      n = split(a, x, "."); i = split(b, y, "."); if (i > n) n = i
+      for (i = 1; i <= n; i++) { if (x[i] + 0 < y[i] + 0) return 1; if (x[i] + 0 > y[i] + 0) return 0 }
+      return 0
+    }
     BEGIN {
       napps = split(apps, rows, "\n")
       for (i = 1; i <= napps; i++) {
@@ -34,7 +43,8 @@ glm_gpu_check() {
     }
     NF >= 9 {
       n++
-      idx = $1; uuid = $2; name = $3; bus = $4; total = $5 + 0; free = $7 + 0; ecc = $8; mode = $9
+      idx = $1; uuid = $2; name = $3; bus = $4; total = $5 + 0; free = $7 + 0; ecc = $8; mode = $9; drv = $10
+      if (drv != "" && older(drv, min_driver)) old_driver = drv
       bad = ""
       if (total <= 0 || free < min * total)
         bad = bad sprintf("; %d of %d MiB free (%.0f%%, under %.0f%%: memory held by another process)", free, total,
@@ -45,11 +55,14 @@ glm_gpu_check() {
         bad = bad "; " ecc " uncorrectable ECC error" (ecc + 0 > 1 ? "s" : "") " (volatile)"
       if (mode == "Prohibited")
         bad = bad "; compute mode Prohibited"
-      printf "gpu-check: %s GPU %s %s %s: %d of %d MiB free, ECC %s, %s, %s: %s\n", node, idx, name, bus, free, total,
-             ecc, mode, (uuid in count) ? count[uuid] " process(es)" : "no process", bad == "" ? "ok" : "BAD"
+      printf "gpu-check: %s GPU %s %s %s: %d of %d MiB free, ECC %s, %s, %s, driver %s: %s\n", node, idx, name, bus, free,
+             total, ecc, mode, (uuid in count) ? count[uuid] " process(es)" : "no process", drv, bad == "" ? "ok" : "BAD"
       if (bad != "") causes = causes "; GPU " idx " (" bus "): " substr(bad, 3)
     }
     END {
+      if (old_driver != "") causes = causes "; NVIDIA driver " old_driver " is older than " min_driver ", the minimum for " \
+        "SGLang 0.5.21" "\047" "s image (CUDA 13); ask the cluster" "\047" "s administrators for driver " min_driver \
+        " or later on this node (or set server_gpu_min_driver)"
       if (n != want) causes = causes "; " n " GPU" (n == 1 ? "" : "s") " visible, the job asked for " want \
         " (a GPU missing: lost from the bus, or not given to the job)"
       if (causes != "") { print "gpu-check: FAILED on " node ": " substr(causes, 3); exit 1 }

@@ -17,7 +17,14 @@ Switches (standin_switch.py: env ``GLM_STANDIN_<NAME>`` first, else the control 
   earlier job left behind, or another job's process on a shared node;
 - ``gpu-ecc``: that GPU has 2 uncorrectable volatile (DRAM) ECC errors;
 - ``gpu-missing``: that GPU is not listed (fallen off the bus);
-- ``gpu-prohibited``: that GPU's compute mode is Prohibited.
+- ``gpu-prohibited``: that GPU's compute mode is Prohibited;
+- ``gpu-driver``: ``NODE:VERSION`` (or ``VERSION`` for every node): the node's NVIDIA driver is that version
+  (``driver_version``, the table's and ``-q``'s ``Driver Version``, and their ``CUDA Version``: the newest CUDA that
+  driver branch supports, NVIDIA's CUDA Toolkit release notes, table 3), e.g. ``570.172.08`` (CUDA 12.8) for a node
+  too old for SGLang 0.5.21's CUDA 13 image.
+
+``driver_version`` is the field and format of ``query-gpu-driver.csv`` (captured on the same H200: the GPU check's
+fields plus ``driver_version``) and ``compute_cap`` that of ``driver-version.txt`` (``580.159.04, 9.0``).
 
 Not modelled: MIG, NVLink and ``topo``, ``dmon``/``pmon``, anything that changes the GPUs (``-r``, ``-pm``, ...).
 """
@@ -38,11 +45,27 @@ BUS_IDS = ['00000000:00:06.0', '00000000:2A:00.0', '00000000:3A:00.0', '00000000
            '00000000:9A:00.0', '00000000:AB:00.0', '00000000:BA:00.0', '00000000:DB:00.0']
 BUSY_PID, BUSY_NAME, BUSY_MIB = 4242, 'python3', 70000
 ECC_ERRORS = 2
+CAPTURED_DRIVER, CAPTURED_CUDA = '580.159.04', '13.0'
+# the newest CUDA each driver branch supports (NVIDIA CUDA Toolkit release notes, minimum driver per toolkit)
+CUDA_OF_BRANCH = ((580, '13.0'), (575, '12.9'), (570, '12.8'), (565, '12.7'), (560, '12.6'), (555, '12.5'),
+                  (550, '12.4'), (545, '12.3'), (535, '12.2'), (530, '12.1'), (525, '12.0'), (520, '11.8'))
 
 
 def read(name):
     with open(os.path.join(CAPTURED, name), encoding='utf-8') as handle:
         return handle.read()
+
+
+def driver():
+    """(driver version, CUDA version) of this node: the capture's, or the switch gpu-driver's."""
+    node = os.environ.get('SLURMD_NODENAME', '')
+    for item in re.split(r'[,\s]+', switch('gpu-driver', '') or ''):
+        where, _sep, version = item.rpartition(':')
+        if version and (not where or where == node):
+            major = int(version.split('.')[0]) if version.split('.')[0].isdigit() else 0
+            cuda = next((c for branch, c in CUDA_OF_BRANCH if major >= branch), '11.0')
+            return version, (CAPTURED_CUDA if major >= 580 else cuda)
+    return CAPTURED_DRIVER, CAPTURED_CUDA
 
 
 def targets(name):
@@ -90,6 +113,7 @@ class Gpu:
             'ecc.errors.uncorrected.volatile.total': ('%d' % self.ecc,) * 2,
             'compute_mode': (self.mode,) * 2,
             'utilization.gpu': ('%d %%' % (35 if self.busy else 0), '%d' % (35 if self.busy else 0)),
+            'driver_version': (driver()[0],) * 2, 'compute_cap': ('9.0',) * 2,
         })
         return out
 
@@ -158,7 +182,7 @@ def query_apps(gpus, fields, fmt):
 
 
 def table(gpus):
-    text = read('nvidia-smi.txt').splitlines()
+    text = [swap_driver(line) for line in read('nvidia-smi.txt').splitlines()]
     head = [time.strftime('%a %b %e %H:%M:%S %Y') + '       '] + text[1:8]
     row = text[8:11]
     rule = text[11]
@@ -186,8 +210,22 @@ def table(gpus):
     return out
 
 
+def swap_driver(line):
+    """A captured line with this node's driver and CUDA versions (the same width in the table)."""
+    version, cuda = driver()
+    if (version, cuda) == (CAPTURED_DRIVER, CAPTURED_CUDA):
+        return line
+    if line.startswith('| NVIDIA-SMI'):
+        return '| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|' % (version, version, cuda)
+    if line.startswith('Driver Version'):
+        return line.replace(CAPTURED_DRIVER, version)
+    if line.startswith('CUDA Version'):
+        return line.replace(CAPTURED_CUDA, cuda)
+    return line
+
+
 def query_q(gpus):
-    text = read('nvidia-smi-q.txt').splitlines()
+    text = [swap_driver(line) for line in read('nvidia-smi-q.txt').splitlines()]
     start = next(i for i, line in enumerate(text) if line.startswith('GPU 0000'))
     head = text[:start]
     block = text[start:]

@@ -53,3 +53,36 @@ def test_not_metrics_is_a_clear_error():
         sglang_metrics('sglang:num_running_reqs{engine_type="unified" 1.0\n')
     with pytest.raises(AnsibleFilterError, match='expects the text of /metrics'):
         sglang_metrics(None)
+
+
+def _priority(labels, priority):
+    return labels.replace(',tp_rank=', ',priority="%s",tp_rank=' % priority)
+
+
+# With --enable-priority-scheduling SGLang 0.5.21 labels every scheduler gauge with priority="" (observability/
+# metrics_collector.py L1150-1151) and writes running and queued twice: the total under priority="" and one series per
+# priority seen, priority="<int>" (L1178-1190, QueueCount of L55-72); "None" for requests without a priority when no
+# --default-priority-value is set (L64-66). Here 3 running (2 at priority 0, 1 at 5) and 1 queued (at 5).
+PRIORITY_TEXT = '''# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs%(total)s 3.0
+sglang:num_running_reqs%(p0)s 2.0
+sglang:num_running_reqs%(p5)s 1.0
+sglang:num_running_reqs%(pnone)s 0.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs%(total)s 1.0
+sglang:num_queue_reqs%(p0)s 0.0
+sglang:num_queue_reqs%(p5)s 1.0
+sglang:num_queue_reqs%(pnone)s 0.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage%(total)s 0.12
+''' % {'total': _priority(SCHED, ''), 'p0': _priority(SCHED, '0'), 'p5': _priority(SCHED, '5'),
+       'pnone': _priority(SCHED, 'None')}
+
+
+def test_priority_scheduling_counts_the_total_only():
+    load = sglang_metrics(PRIORITY_TEXT)
+    assert load['running'] == 3 and load['queued'] == 1
+    assert load['token_usage'] == 0.12

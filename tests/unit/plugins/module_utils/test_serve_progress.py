@@ -21,7 +21,8 @@ SERVE = {'job_id': '12', 'name': 'glm-serve', 'state': 'PENDING', 'reason': 'Dep
 SGLANG_LOG = [
     '[2026-12-01 10:00:01 TP0] Init torch distributed begin.',
     '[2026-12-01 10:00:02 TP0] Load weight begin. avail mem=78.40 GB',
-    '[2026-12-01 10:00:09 TP0] Loading safetensors checkpoint shards:  45% Completed | 42/93 [00:07<00:09,  5.10it/s]',
+    # tqdm's bar, not a log line (no prefix): the single-thread one, as --weight-loader-prefetch-checkpoints selects it
+    'Loading safetensors checkpoint shards:  45% Completed | 42/93 [00:07<00:09,  5.10it/s]',
     '[2026-12-01 10:00:20 TP0] Load weight end. type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, avail mem=38.10 GB',
     '[2026-12-01 10:00:21 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4], '
     'avail mem=10.2 GB',
@@ -106,6 +107,25 @@ def test_the_server_start_phases_from_sglang_log_lines():
     assert seen == expected
     ready = progress().describe([done, running], ready=True, endpoint='http://node1:30000', model='glm-5.3-flash')
     assert ready == dict(ready, phase='ready', line='ready: http://node1:30000 serves glm-5.3-flash (job 12 on node1)')
+
+
+# What SGLang 0.5.21 writes by default (multi-thread loading: model_loader/loader.py L602, L681-690; the bar of
+# model_loader/weight_utils.py L1269-1275 with BAR_FORMAT, utils/common.py L1315) into the job's log while it loads:
+# tqdm's refreshes joined by carriage returns, no newline until the bar closes. Written by tqdm 4.70.1 itself (93
+# shards, 1.7 s each, the first 42 loaded), the log's last line as it is then.
+MULTI_THREAD_BAR = (
+    '\rMulti-thread loading shards:   0% Completed | 0/93 [00:00<?, ?it/s]'
+    '\rMulti-thread loading shards:  43% Completed | 40/93 [01:08<01:30,  1.70s/it]'
+    '\rMulti-thread loading shards:  44% Completed | 41/93 [01:09<01:28,  1.70s/it]'
+    '\rMulti-thread loading shards:  45% Completed | 42/93 [01:11<01:26,  1.70s/it]')
+
+
+def test_the_default_multi_thread_bar_shows_the_loading_progress():
+    running = dict(SERVE, state='RUNNING', reason='None', nodes='node1')
+    log = '\n'.join(SGLANG_LOG[:2]) + '\n' + MULTI_THREAD_BAR
+    said = progress({'12': log}).describe([dict(DL, state='COMPLETED'), running])
+    assert said['phase'] == 'loading'
+    assert said['line'] == 'loading the weights: 42/93 shards (45%) (job 12 on node1)'
 
 
 def test_between_the_jobs_and_at_the_end():

@@ -39,8 +39,12 @@ resolvable (socket.gethostbyname, e.g. node1 -> 127.0.0.11 in /etc/hosts) it bin
 - /metrics: the families glm.serve reads, with SGLang 0.5.21's names, types, labels and buckets (standin_metrics.py,
   which cites the source); the warm-up request counts, /health does not;
 - /health and /health_generate as entrypoints/http_server.py L699-777: 503 with an empty body while starting or
-  shutting down; once up, a 1-token probe that answers after at least 1 s (the handler sleeps 1 s before it
-  looks), then 200 with an empty body; /ready: 200 or 503 at once;
+  shutting down; once up, a 1-token probe, then whole seconds (at least 1) until the scheduler sends any output:
+  at once when idle, else the running requests' next output (streamed: every token; not: every 50 tokens or at the
+  end); 503 after SGLANG_HEALTH_CHECK_TIMEOUT (20) s (standin_health.py, which cites the source); /ready: at once;
+- the weights' progress: tqdm's bar on stderr, written as tqdm writes it into a log ("Multi-thread loading shards"
+  by default, "Loading safetensors checkpoint shards" when the flags select the single-thread loader; standin_tqdm.py);
+- /metrics with --enable-priority-scheduling: priority="" on the totals, a series per priority (standin_metrics.py);
 - tool calls as --tool-call-parser glm47 makes them (entrypoints/openai/serving_chat.py, function_call/
   glm47_moe_detector.py): with "tools" and tool_choice not "none", the canned model answers a user message with a
   call of the first tool (the named one with a named tool_choice), written the way GLM writes it,
@@ -136,6 +140,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang.standin_args import prepare_server_args
 from sglang.standin_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics
+from sglang.standin_tqdm import SINGLE_THREAD, Bar, bar_desc
+from sglang.standin_health import Outputs, wait_healthy
 from standin_switch import switch
 
 GPU_TOTAL_GIB = 79.19          # what torch reports for an 80 GB H100
@@ -307,7 +313,8 @@ class State:
         self.served_name = args.served_model_name or args.model_path
         self.ready = False
         self.stopping = False
-        self.metrics = Metrics(self.served_name, max_total_tokens)
+        self.metrics = Metrics(self.served_name, max_total_tokens, bool(args.enable_priority_scheduling))
+        self.outputs = Outputs()    # when the scheduler last sent an output: /health waits for one (standin_health.py)
         self.max_total_tokens = max_total_tokens
         self.startup_time = time.time()
 
@@ -473,7 +480,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(503, content_type=None)
             return
         if self.path.split("?", 1)[0] != "/ready":
-            time.sleep(1)   # the real handler sleeps 1 s before it looks for the probe's answer
+            # a 1-token probe, then whole seconds until the scheduler sends any output (standin_health.py)
+            self._send(wait_healthy(self.state.outputs, log=log), content_type=None)
+            return
         self._send(200, content_type=None)
 
     def _models(self):
@@ -565,12 +574,15 @@ class Handler(BaseHTTPRequestHandler):
         prompt_tokens = len(prompt.split()) + 8
         completion_tokens = len(content.split()) + len((reasoning or "").split()) + 8 * len(calls)
         metrics = self.state.metrics
-        metrics.start(prompt_tokens + completion_tokens)
+        priority = request_priority(self.state.args, body)
+        metrics.start(prompt_tokens + completion_tokens, priority)
+        decode = seconds("sglang-decode", 0.0)
+        output = self.state.outputs.begin(decode, completion_tokens, body.get("stream"))
         model = body.get("model") or self.state.served_name
         ident = uuid.uuid4().hex
         created = int(time.time())
         try:
-            time.sleep(seconds("sglang-decode", 0.0))
+            time.sleep(decode)
             if body.get("stream"):
                 self._stream(ident, created, model, reasoning, content, calls, finish)
                 return
@@ -585,8 +597,9 @@ class Handler(BaseHTTPRequestHandler):
                 "metadata": {"weight_version": "default"}})
         finally:
             elapsed = time.time() - started
+            self.state.outputs.end(output)
             metrics.finish(bool(body.get("stream")), prompt_tokens, completion_tokens, elapsed, elapsed,
-                           prompt_tokens + completion_tokens)
+                           prompt_tokens + completion_tokens, priority)
 
     def _stream(self, ident, created, model, reasoning, content, calls=(), finish="stop"):
         self.send_response(200)
@@ -625,12 +638,23 @@ class Handler(BaseHTTPRequestHandler):
         max_new = int(params.get("max_new_tokens") or 16)
         text = " ".join(["ok"] * min(max_new, 64))
         prompt_tokens = len(str(body.get("text", "")).split())
-        self.state.metrics.start(0)
-        self.state.metrics.finish(False, prompt_tokens, min(max_new, 64), 0.01, 0.01, 0)
+        priority = request_priority(self.state.args, body)
+        self.state.metrics.start(0, priority)
+        self.state.outputs.end(self.state.outputs.begin(0, min(max_new, 64), False))
+        self.state.metrics.finish(False, prompt_tokens, min(max_new, 64), 0.01, 0.01, 0, priority)
         self._json(200, {"text": text, "output_ids": [1000] * min(max_new, 64), "meta_info": {
             "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
             "prompt_tokens": len(str(body.get("text", "")).split()), "weight_version": "default",
             "completion_tokens": min(max_new, 64), "cached_tokens": 0, "e2e_latency": 0.01}})
+
+
+def request_priority(args, body):
+    """The request's priority, or --default-priority-value with priority scheduling (managers/tokenizer_manager.py
+    L3790-3797); None without one."""
+    priority = body.get("priority")
+    if priority is None and args.enable_priority_scheduling:
+        priority = args.default_priority_value
+    return priority
 
 
 def bind_address(host):
@@ -1226,16 +1250,29 @@ def load_model(args, stop, config, cluster=None):
     log("Init torch distributed ends. mem usage=1.02 GB", rank)
     log("Load weight begin. avail mem=%.2f GB" % (GPU_TOTAL_GIB - 1.6), rank)
     per_gpu = WEIGHTS_GB / args.tp_size
+    # tqdm's bar on stderr, rank 0 only (standin_tqdm.py: which bar the flags select, and how tqdm writes it)
+    desc = bar_desc(args)
+    progress = Bar(len(shards), desc) if args.node_rank == 0 else None
     for number, shard in enumerate(shards, 1):
         if stop.wait(load_time / max(1, len(shards))):
             os._exit(143)  # pylint: disable=protected-access
         if not os.path.isfile(os.path.join(args.model_path, shard)):
+            if progress:
+                sys.stderr.write("\n")
             raise StartupError(
                 "FileNotFoundError: [Errno 2] No such file or directory: '%s'" % os.path.join(args.model_path, shard),
-                [("model_loader/weight_utils.py", 1149, "safetensors_weights_iterator", "with safe_open(st_file, framework=\"pt\") as f:")])
+                [("model_loader/weight_utils.py", 1160, "safetensors_weights_iterator",
+                  "with safetensors.safe_open(st_file, framework=\"pt\", device=\"cpu\") as f:")] if desc == SINGLE_THREAD else
+                [("model_loader/weight_utils.py", 1278, "buffered_multi_thread_safetensors_weights_iterator",
+                  "state_dict = future.result()"),
+                 ("model_loader/weight_utils.py", 1254, "_load_file",
+                  "with safetensors.safe_open(st_file, framework=\"pt\", device=\"cpu\") as f:")])
         if per_gpu * number / len(shards) > GPU_TOTAL_GIB - 1.6:
             raise oom_error(2.5, 0.41)
-        log("Loading safetensors checkpoint shards: %3d%% Completed | %d/%d" % (number * 100 // len(shards), number, len(shards)), rank)
+        if progress:
+            progress.update(1)
+    if progress:
+        progress.close()
     if switch("sglang-fail") == "oom":
         raise oom_error(3.38, 1.07)
     avail = GPU_TOTAL_GIB - 1.6 - per_gpu
@@ -1325,8 +1362,10 @@ def main(argv=None):
             # the warm-up request counts in the metrics like any other (it is not a health check)
             state.metrics.http_request("/model_info", "GET")
             state.metrics.http_request("/generate", "POST")
-            state.metrics.start(0)
-            state.metrics.finish(False, 7, 8, 0.05, 0.12, 0)
+            priority = request_priority(state.args, {})
+            state.metrics.start(0, priority)
+            state.outputs.end(state.outputs.begin(0, 8, False))
+            state.metrics.finish(False, 7, 8, 0.05, 0.12, 0, priority)
         state.ready = True
         log("The server is fired up and ready to roll!")
         stop.wait()

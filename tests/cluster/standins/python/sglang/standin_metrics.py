@@ -11,6 +11,10 @@ READ FROM (the sglang==0.5.21 wheel, python/sglang/srt/...):
   and e2e_request_latency_seconds (histograms, the default buckets of L1663-1709), recorded when a request
   finishes (observe_one_finished_request, L1780-1835); the warm-up /generate counts, /health probes do not
   (log_metrics=False, entrypoints/http_server.py L735-746).
+- --enable-priority-scheduling (observability/metrics_collector.py L1118-1151, L1178-1190, QueueCount L55-72): every
+  scheduler gauge gets the label priority="" (the total); num_running_reqs and num_queue_reqs add one series per
+  priority seen so far, priority="<int>" ("None" for a request without one when --default-priority-value is unset:
+  L64-66, managers/tokenizer_manager.py L3790-3797), kept at 0 once that priority has no request.
 - The HTTP middleware's sglang:http_requests_total{endpoint,method}.
 - utils/common.py L2658-2686: prometheus_client's MultiProcessCollector behind make_asgi_app; a family appears only
   once a child was touched, no _created samples, labels sorted by name, values as floats; content type
@@ -55,11 +59,13 @@ def _le(bound):
 class Metrics:
     """Counts what the handlers report; ``render()`` is the /metrics body."""
 
-    def __init__(self, model_name, max_total_tokens):
+    def __init__(self, model_name, max_total_tokens, priority_scheduling=False):
         self.model = model_name
         self.max_total = max_total_tokens
+        self.priority_scheduling = priority_scheduling
         self.lock = threading.Lock()
         self.running = 0
+        self.by_priority = {}       # str(priority) -> running requests, every priority seen (with priority_scheduling)
         self.running_tokens = 0
         self.finished = {}          # is_streaming -> {'requests', 'prompt', 'generation', 'ttft': [..], 'e2e': [..]}
         self.generated = []         # (time, tokens) of the last seconds, for gen_throughput
@@ -69,14 +75,18 @@ class Metrics:
         with self.lock:
             self.http[(endpoint, method)] = self.http.get((endpoint, method), 0) + 1
 
-    def start(self, tokens):
+    def start(self, tokens, priority=None):
         with self.lock:
             self.running += 1
             self.running_tokens += tokens
+            if self.priority_scheduling:
+                self.by_priority[str(priority)] = self.by_priority.get(str(priority), 0) + 1
 
-    def finish(self, streaming, prompt_tokens, generation_tokens, ttft, e2e, tokens):
+    def finish(self, streaming, prompt_tokens, generation_tokens, ttft, e2e, tokens, priority=None):
         with self.lock:
             self.running = max(0, self.running - 1)
+            if self.priority_scheduling:
+                self.by_priority[str(priority)] = max(0, self.by_priority.get(str(priority), 0) - 1)
             self.running_tokens = max(0, self.running_tokens - tokens)
             entry = self.finished.setdefault("true" if streaming else "false", {
                 "requests": 0, "prompt": 0, "generation": 0, "ttft": [], "e2e": []})
@@ -102,10 +112,18 @@ class Metrics:
             }
             finished = dict((k, dict(v, ttft=list(v["ttft"]), e2e=list(v["e2e"]))) for k, v in self.finished.items())
             http = dict(self.http)
+            by_priority = dict(self.by_priority)
         out = []
-        sched = _labels(engine_type="unified", model_name=self.model, moe_ep_rank="0", pp_rank="0", tp_rank="0")
+        base = dict(engine_type="unified", model_name=self.model, moe_ep_rank="0", pp_rank="0", tp_rank="0")
+        if self.priority_scheduling:
+            base["priority"] = ""
+        sched = _labels(**base)
         for name, help_text in SCHEDULER_GAUGES:
             out += ["# HELP %s %s" % (name, help_text), "# TYPE %s gauge" % name, "%s%s %s" % (name, sched, _value(values[name]))]
+            if name in ("sglang:num_running_reqs", "sglang:num_queue_reqs"):
+                for priority in sorted(by_priority):
+                    count = by_priority[priority] if name == "sglang:num_running_reqs" else 0
+                    out.append("%s%s %s" % (name, _labels(**dict(base, priority=priority)), _value(count)))
         if finished:
             for name, help_text, key in (
                     ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", "prompt"),
