@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import glob
 import json
 import os
 import shutil
@@ -907,3 +908,85 @@ def test_12e_a_broken_image_in_place_is_saved_again(case, warm_dir):
     assert 'is broken: truncated' in proc.stdout, proc.stdout[-3000:]
     assert image_problem(image) == ''
     assert fetch_log(c) == fetched                                             # no weight fetched again
+
+
+# -- 13. Pyxis's environment; NCCL's network between nodes -------------------------------------------------------
+# Pyxis 0.24 (NVIDIA/pyxis v0.24.0): README.md L98-105 and args.c L146-152 (--container-env): exported host variables
+# are set in the container "but their existing values in the image take precedence"; pyxis_slurmstepd.c L657-714
+# (spank_import_container_env) sets the container's environment over the job's with overwrite, except the
+# --container-env names, and L1061-1075 writes those names into enroot's environ(). enroot v4.1.2: src/docker.sh
+# L350-351 writes the image's ENV to the rootfs's /etc/environment, src/runtime.sh L32-62 (_do_environ) reads it, then
+# environ(); bin/common.h L148-170 (load_environment) sets them in order. The Pyxis stand-in does the same with the
+# test image docker://glm-standin/sglang-env:v0.5.21 (tests/cluster/standins/images/), whose environment sets
+# SGLANG_CACHE_DIR, SGLANG_DG_CACHE_DIR, HF_HOME, HF_TOKEN_PATH, HF_XET_HIGH_PERFORMANCE and NCCL_NET=IB, and keeps it
+# in the image --container-save writes. The SGLang stand-in writes a file in each kernel cache (standin_env.py).
+
+ENV_IMAGE = 'docker://glm-standin/sglang-env:v0.5.21'
+CONTAINER_ENV = ' --container-env={{ _server_container_env | quote }}'
+
+
+def kernels(case):
+    """The SGLang stand-in's kernel files found in the job's cache folders (glm_work_dir/cache)."""
+    return sorted(glob.glob(os.path.join(case.dir, 'cache', '*', 'glm-standin-kernels-*')))
+
+
+def test_13a_exports_alone_lose_to_an_image_that_sets_the_caches(case):
+    """The guide's way (export only, as this collection's scripts did): with an image that sets SGLANG_CACHE_DIR and
+    SGLANG_DG_CACHE_DIR, the server runs and the deploy passes, but the kernels go into the container's own /root and
+    are gone: the job's cache folders stay empty, silently."""
+    c = case('envlost')
+    path = os.path.join(REPO, 'roles/server/templates/serve.sbatch.j2')
+    assert CONTAINER_ENV in read(path)
+    root = os.path.join(c.tmp, 'export-only')
+    dest = os.path.join(root, 'ansible_collections', 'glm', 'serve')
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns('.git', '.venv*', '.collections', 'tests', 'build',
+                                                              'molecule', '__pycache__'))
+    copy = os.path.join(dest, 'roles/server/templates/serve.sbatch.j2')
+    with open(copy, 'w') as handle:
+        handle.write(read(path).replace(CONTAINER_ENV, ''))
+    proc = run_playbook('deploy.yml', c.vars(download_container_image=ENV_IMAGE), c.tmp, result_json=True, timeout=300,
+                        env={'ANSIBLE_COLLECTIONS_PATH': root})
+    found, _changed = failures(proc.stdout)
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    assert os.path.isdir(os.path.join(c.dir, 'cache', 'sglang'))          # the job made them
+    assert kernels(c) == [], kernels(c)
+
+
+def test_13b_the_jobs_values_win_over_the_image(case):
+    """The same image and deploy with this collection's scripts: the server step names its variables in
+    --container-env, so the kernels land in the job's cache folders (kept for the next start)."""
+    c = case('envkept')
+    proc, took, found = c.deploy(download_container_image=ENV_IMAGE)
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    found = [os.path.relpath(p, c.dir) for p in kernels(c)]
+    assert found == ['cache/deep_gemm/glm-standin-kernels-TP0', 'cache/sglang/glm-standin-kernels-TP0'], found
+
+
+def _two_nodes(c, **server_env):
+    env = dict(FAST_SERVER, **server_env)
+    return c.deploy(timeout=420, server_nodes=2, server_env=env)
+
+
+def test_13c_two_nodes_over_sockets_deploy_and_warn(case, warm_dir):
+    """Two nodes whose container has no usable InfiniBand (the SGLang stand-in's sglang-nccl-net=Socket): NCCL falls
+    back to sockets (NVIDIA/nccl src/transport/net_socket.cc "NET/Socket : Using%s", src/init.cc "Using network %s",
+    printed with NCCL_DEBUG=INFO, which serve.sbatch sets on several nodes). The server works, so the deploy passes,
+    and it says so in a warning line."""
+    c = case('ncclsock')
+    c.warm(warm_dir)
+    proc, took, found = _two_nodes(c, GLM_STANDIN_SGLANG_NCCL_NET='Socket')
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    assert "WARNING: the server's 2 nodes talk over TCP sockets" in proc.stdout, proc.stdout[-3000:]
+    assert 'NET/Socket : Using [0]eth0' in proc.stdout
+
+
+def test_13d_the_sites_nccl_net_is_kept_on_two_nodes(case, warm_dir):
+    """The site's NCCL_NET=IB (here through server_env) is kept on several nodes: where IB does not work in the
+    container, NCCL refuses (src/net.cc "Error: network %s not found.") instead of falling back to sockets, and the
+    deploy fails at once with the NCCL hint."""
+    c = case('ncclib')
+    c.warm(warm_dir)
+    proc, took, found = _two_nodes(c, GLM_STANDIN_SGLANG_NCCL_NET='Socket', NCCL_NET='IB')
+    assert proc.returncode != 0
+    msg = serve_failure(found)
+    assert 'Error: network IB not found' in msg and 'NCCL_NET' in msg, msg

@@ -39,6 +39,7 @@ VARIANTS = {
     "no_gpu_check": {"server_gpu_check": False},
     "replica": {"server_replicas": 3},
     "multinode": {"server_nodes": 2},
+    "env_idle": {"server_env": {"NCCL_IB_HCA": "mlx5", "TORCH_CUDA_ARCH_LIST": "9.0"}, "server_idle_timeout": "2h"},
 }
 
 SEED_FLAGS = [
@@ -178,6 +179,42 @@ def test_a_server_over_two_nodes(rendered):
     default = rendered["default"].read_text()
     assert "declare -f glm_gpu_check" not in default and "if ! glm_gpu_check 8 0.95 580; then" in default
     assert "--nnodes" not in default and "--node-rank" not in default and "#SBATCH --nodes=1\n" in default
+
+
+def _container_env(text):
+    """The names of the server step's --container-env."""
+    lines = [line for line in text.splitlines() if line.startswith('srun --container-image="$IMAGE"')]
+    assert len(lines) == 1, lines
+    return lines[0].split("--container-env=", 1)[1].split()[0].strip("'").split(",")
+
+
+def test_the_job_environment_wins_over_the_image(rendered):
+    """Pyxis 0.24 (README.md L98-105, args.c L146-152; pyxis_slurmstepd.c L657-714 spank_import_container_env): the
+    job's exported variables reach the container, but a value the image sets (its ENV, enroot's /etc/environment)
+    takes precedence, except for the names given in --container-env. So the server's step names every variable the
+    script exports for SGLang: the kernel caches, PYTHONUNBUFFERED, server_env's, the stop file with an idle timeout,
+    and NCCL's debug settings on several nodes. Live: tests/integration/test_pyxis_env.py."""
+    assert _container_env(rendered["default"].read_text()) == ["SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "PYTHONUNBUFFERED"]
+    names = _container_env(rendered["env_idle"].read_text())
+    assert names == ["SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "PYTHONUNBUFFERED", "NCCL_IB_HCA", "TORCH_CUDA_ARCH_LIST",
+                     "GLM_STOP_FILE"], names
+    assert "NCCL_DEBUG" in _container_env(rendered["multinode"].read_text())
+
+
+def test_nccl_net_unset_on_one_node_kept_on_several(rendered):
+    """One node: NCCL_NET unset as the guide does (inside a node NCCL uses NVLink whatever it says, and a forced
+    NCCL_NET whose plugin is missing fails NCCL even there). Several nodes: the site's value is kept (unset, NCCL falls
+    back to TCP sockets silently when InfiniBand does not work in the container), and NCCL_DEBUG=INFO (unless the site
+    sets it) puts NCCL's choice in the log ("NET/Socket : Using ...", NVIDIA/nccl src/transport/net_socket.cc;
+    "Using network Socket", src/init.cc), which the deploy reads to warn (roles/server/tasks/run.yml)."""
+    default = rendered["default"].read_text()
+    assert "bash -c 'unset NCCL_NET; exec python3 -m sglang.launch_server" in default
+    assert "NCCL_DEBUG" not in default
+    assert "unset NCCL_NET" in rendered["env_idle"].read_text()
+    multi = rendered["multinode"].read_text()
+    assert "unset NCCL_NET" not in multi and "export NCCL_NET" not in multi
+    assert "export NCCL_DEBUG=${NCCL_DEBUG:-INFO}\n" in multi and "export NCCL_DEBUG_SUBSYS=${NCCL_DEBUG_SUBSYS:-INIT,NET}\n" in multi
+    assert multi.index("export NCCL_DEBUG=") < multi.index('srun --container-image="$IMAGE"')
 
 
 def test_low_latency_and_h200(rendered):

@@ -21,6 +21,19 @@
  *     else the container's: the image's WORKDIR), slurm_spank_task_exit ->
  *     enroot_export (`enroot export -f -o PATH` after the last task exits; its
  *     failure is logged and srun still exits 0, leaving what was written).
+ *   pyxis README.md L98-105, args.c L146-152 (--container-env: exported host variables are set in the container
+ *     "but their existing values in the image take precedence"), args.c L671-700 (its NAME[,NAME...] and
+ *     "invalid format"), L245-247 (PYXIS_CONTAINER_ENV when the option is not given); pyxis_slurmstepd.c
+ *     L657-714 spank_import_container_env (LANG, LANGUAGE, LC_ALL removed from the job unless named; every
+ *     variable of the container's environment set with overwrite, the named ones without), L1061-1075 (the
+ *     named variables written into enroot's environ(), when set non-empty). The v0.24 failure lines:
+ *     pyxis_slurmstepd.c L753/L762 "failed to import docker image: IMAGE", L788 "failed to create container
+ *     filesystem for image: IMAGE", L984+L1120 a missing mount source, L1148 "container start failed with
+ *     error code: N"; v0.23.0 and older ended each with "couldn't start container" (v0.23.0 L1358), 0.24 no more.
+ *   enroot v4.1.2 src/docker.sh L350-351 (the image's ENV written to the rootfs's /etc/environment at import),
+ *     src/runtime.sh L32-62 runtime::_do_environ (that file through common::envsubst, ${VAR} only, then the
+ *     config's environ()), src/common.sh L190-203 common::envfmt (comments, bad names, ENROOT_*, quotes), bin/
+ *     common.h L148-170 load_environment (clearenv, then each line with overwrite: the last one wins).
  *   enroot conf/enroot.conf.in: ENROOT_MOUNT_HOME and ENROOT_ROOTFS_WRITABLE
  *     default to no; conf/hooks/10-home.sh mounts $HOME only when
  *     ENROOT_MOUNT_HOME is on; src/runtime.sh remounts the root filesystem
@@ -35,10 +48,17 @@
  *   - In the step (slurmstepd, user_init, as the job's user): an IMAGE that is a
  *     path must be a readable regular file holding a whole squashfs (its
  *     superblock: magic, version 4, bytes_used within the file, as `unsquashfs`
- *     needs to unpack it), else the step fails with Pyxis's messages ("pyxis:
- *     failed to create container filesystem"); a docker URI is "imported"
+ *     needs to unpack it), else the step fails with Pyxis 0.24's messages ("pyxis:
+ *     failed to create container filesystem for image: IMAGE"); a docker URI is "imported"
  *     (instantly, or after the seconds in CONTROL/pyxis-import-delay; it fails
  *     if CONTROL/pyxis-import-fail exists). Absolute mount sources must exist.
+ *   - The container's environment (user_init), as Pyxis leaves it: the image's
+ *     /etc/environment (a docker URI [USER@][REGISTRY#]IMAGE[:TAG]: STANDINS/images/
+ *     IMAGE/TAG/etc/environment, none when absent; a squashfs: its etc/environment,
+ *     read with unsquashfs -cat as the user) wins over the job's exported variables,
+ *     except the names in --container-env (else PYXIS_CONTAINER_ENV); LANG,
+ *     LANGUAGE and LC_ALL of the job are dropped unless named. --container-save
+ *     writes the image's /etc/environment into the saved squashfs.
  *   - The container's filesystem (task_init, as the user, before the command is
  *     executed): the task enters a new user namespace (the user mapped to
  *     itself, as enroot does without --container-remap-root) and a private
@@ -70,12 +90,13 @@
  *     (a filesystem that lost the end). A missing parent folder fails as Pyxis's.
  *
  * WHAT IT DOES NOT DO
- *   No image download or unpacking, entrypoint, root remapping, GPU or
- *   environment isolation: the command runs on the host's programs (/usr, the
- *   stand-ins) as the user. A mount target that does not exist is created only
+ *   No image download or unpacking, entrypoint, root remapping or GPU
+ *   isolation: the command runs on the host's programs (/usr, the stand-ins) as
+ *   the user. The container's environment is the image's /etc/environment only
+ *   (not enroot's hooks' additions, e.g. HOME, NVIDIA_*, nor its environ.d files). A mount target that does not exist is created only
  *   under a hidden path (the container's tmpfs); elsewhere the step fails (a real
  *   container would create it in its own filesystem). --container-name,
- *   --container-env, remap-root and entrypoint are accepted and ignored. No
+ *   remap-root and entrypoint are accepted and ignored. No
  *   sbatch/salloc (allocator) options, no PYXIS_* variables.
  *
  * plugstack.conf:  required /path/pyxis_standin.so standins=DIR control=DIR
@@ -289,7 +310,16 @@ static int cb_mounts(int v, const char *a, int r)
 static int cb_image(int v, const char *a, int r) { (void)v; (void)r; return set_string(&opt_image, a, "container-image"); }
 static int cb_workdir(int v, const char *a, int r) { (void)v; (void)r; return set_string(&opt_workdir, a, "container-workdir"); }
 static int cb_name(int v, const char *a, int r) { (void)v; (void)r; return set_string(&opt_name, a, "container-name"); }
-static int cb_env(int v, const char *a, int r) { (void)v; (void)r; return set_string(&opt_env, a, "container-env"); }
+/* pyxis args.c spank_option_container_env: NAME[,NAME...], no empty name */
+static int cb_env(int v, const char *a, int r)
+{
+	(void)v; (void)r;
+	if (a != NULL && *a != '\0' && (a[0] == ',' || a[strlen(a) - 1] == ',' || strstr(a, ",,") != NULL)) {
+		slurm_error("pyxis: --container-env: invalid format: %s", a);
+		return -1;
+	}
+	return set_string(&opt_env, a, "container-env");
+}
 
 static int cb_save(int v, const char *a, int r)
 {
@@ -524,6 +554,232 @@ static const char *squashfs_problem(int fd, off_t size, char *why, size_t len)
 	return NULL;
 }
 
+/* -- the container's environment (user_init) ------------------------------------------------------------------ */
+
+#define IMAGE_ENV_MAX 65536
+#define MAX_ENV 512
+
+static char image_env[IMAGE_ENV_MAX]; /* the image's /etc/environment as read; --container-save writes it back */
+static size_t image_env_len;
+static char container_env_names[4096]; /* --container-env, else PYXIS_CONTAINER_ENV */
+
+/* Is NAME (N bytes) one of the --container-env names? */
+static int env_listed(const char *name, size_t n)
+{
+	for (const char *p = container_env_names; *p; ) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && strncmp(p, name, n) == 0)
+			return 1;
+		if (end == NULL)
+			break;
+		p = end + 1;
+	}
+	return 0;
+}
+
+/* Appends what FD gives to image_env, up to its size. */
+static void read_into_image_env(int fd)
+{
+	ssize_t n;
+
+	while (image_env_len < sizeof(image_env) - 1 &&
+	       (n = read(fd, image_env + image_env_len, sizeof(image_env) - 1 - image_env_len)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		image_env_len += (size_t)n;
+	}
+	image_env[image_env_len] = '\0';
+}
+
+/*
+ * The image's /etc/environment (enroot src/docker.sh docker::configure writes the image's ENV there at import;
+ * enroot export keeps it in the squashfs). A docker URI [USER@][REGISTRY#]IMAGE[:TAG] reads
+ * STANDINS/images/IMAGE/TAG/etc/environment (absent: the image sets nothing); a squashfs its own etc/environment
+ * (unsquashfs -cat, as the user).
+ */
+static void read_image_env(const char *abs_image)
+{
+	image_env_len = 0;
+	image_env[0] = '\0';
+	if (abs_image == NULL) {
+		char ref[PATH_MAX], path[PATH_MAX * 2], *name, *p, *tag = "latest";
+		int fd;
+
+		snprintf(ref, sizeof(ref), "%s", strncmp(opt_image, "docker://", 9) == 0 ? opt_image + 9 : opt_image);
+		name = ref;
+		if ((p = strrchr(name, '@')) != NULL)
+			name = p + 1;
+		if ((p = strchr(name, '#')) != NULL)
+			name = p + 1;
+		p = strrchr(name, ':');
+		if (p != NULL && strchr(p, '/') == NULL) {
+			*p = '\0';
+			tag = p + 1;
+		}
+		if (strstr(name, "..") != NULL || strstr(tag, "..") != NULL)
+			return;
+		snprintf(path, sizeof(path), "%s/images/%s/%s/etc/environment", standins_dir, name, tag);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			read_into_image_env(fd);
+			close(fd);
+		}
+	} else {
+		int fds[2];
+		pid_t pid;
+
+		if (pipe2(fds, O_CLOEXEC) != 0)
+			return;
+		pid = fork();
+		if (pid == 0) {
+			int null = open("/dev/null", O_RDWR);
+
+			dup2(fds[1], 1);
+			if (null >= 0) {
+				dup2(null, 0);
+				dup2(null, 2);
+			}
+			/* user_init runs with the user's effective uid already; become the user wholly where we can */
+			if (geteuid() == 0 &&
+			    (setgroups(1, &job_gid) != 0 || setgid(job_gid) != 0 || setuid(job_uid) != 0))
+				_exit(126);
+			execl("/usr/bin/unsquashfs", "unsquashfs", "-cat", abs_image, "etc/environment", (char *)NULL);
+			_exit(127);
+		}
+		close(fds[1]);
+		if (pid > 0) {
+			int status;
+
+			read_into_image_env(fds[0]);
+			while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+				;
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+				image_env_len = 0; /* no etc/environment in the image */
+				image_env[0] = '\0';
+			}
+		}
+		close(fds[0]);
+	}
+}
+
+/*
+ * The job's environment as Pyxis leaves it for the task (pyxis 0.24 pyxis_slurmstepd.c spank_import_container_env):
+ * LANG, LANGUAGE and LC_ALL are removed unless named in --container-env; then every variable of the container's
+ * environment is set with overwrite, except the --container-env names (overwrite 0: the job's value stays). The
+ * container's environment is enroot's (src/runtime.sh runtime::_do_environ): the image's /etc/environment, its
+ * ${VAR}s replaced from the job's environment (common::envsubst), cleaned as common::envfmt does (comments, bad
+ * names, ENROOT_*, surrounding quotes), then one NAME=VALUE per --container-env name set non-empty in the job
+ * (the environ() function pyxis writes in its start config); later lines win (bin/common.h load_environment).
+ */
+static int apply_container_env(spank_t sp)
+{
+	static const char *deny[] = { "LANG", "LANGUAGE", "LC_ALL", NULL };
+	static char keys[MAX_ENV][128];
+	static char *vals[MAX_ENV];
+	char *text = NULL, *line, *rest, *buf = NULL, *value = NULL;
+	int nenv = 0, rv = -1;
+
+	for (int i = 0; deny[i] != NULL; i++) {
+		if (!env_listed(deny[i], strlen(deny[i])))
+			spank_unsetenv(sp, deny[i]);
+	}
+	text = strdup(image_env);
+	buf = malloc(ENV_BUF);
+	value = malloc(ENV_BUF);
+	if (text == NULL || buf == NULL || value == NULL)
+		goto out;
+	for (rest = text; (line = strsep(&rest, "\n")) != NULL; ) {
+		char *eq, *v;
+		size_t klen, len = 0, end;
+		int slot;
+
+		while (*line == ' ' || *line == '\t')
+			line++;
+		if (*line == '#' || *line == '\0')
+			continue;
+		if (!((*line >= 'A' && *line <= 'Z') || (*line >= 'a' && *line <= 'z') || *line == '_'))
+			continue;
+		eq = line + strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+		if (*eq != '=' || strncmp(line, "ENROOT_", 7) == 0)
+			continue;
+		klen = (size_t)(eq - line);
+		if (klen >= sizeof(keys[0]))
+			continue;
+		/* ${NAME} from the job's environment */
+		for (v = eq + 1; *v && len < ENV_BUF - 1; ) {
+			char *close_brace;
+
+			if (v[0] == '$' && v[1] == '{' && (close_brace = strchr(v + 2, '}')) != NULL &&
+			    close_brace > v + 2 && strspn(v + 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") ==
+			    (size_t)(close_brace - v - 2) && !(v[2] >= '0' && v[2] <= '9')) {
+				char name[128];
+
+				snprintf(name, sizeof(name), "%.*s", (int)(close_brace - v - 2), v + 2);
+				if (spank_getenv(sp, name, buf, ENV_BUF) == ESPANK_SUCCESS)
+					len += (size_t)snprintf(value + len, ENV_BUF - len, "%s", buf);
+				if (len >= ENV_BUF)
+					len = ENV_BUF - 1;
+				v = close_brace + 1;
+				continue;
+			}
+			value[len++] = *v++;
+		}
+		value[len] = '\0';
+		/* surrounding quotes (blanks after the closing one dropped too) */
+		for (end = len; end > 0 && (value[end - 1] == ' ' || value[end - 1] == '\t'); end--)
+			;
+		if (end >= 2 && (value[0] == '"' || value[0] == '\'') && (value[end - 1] == '"' || value[end - 1] == '\'')) {
+			value[end - 1] = '\0';
+			memmove(value, value + 1, end - 1);
+		}
+		slot = -1;
+		for (int i = 0; i < nenv; i++)
+			if (strlen(keys[i]) == klen && strncmp(keys[i], line, klen) == 0)
+				slot = i;
+		if (slot < 0) {
+			if (nenv == MAX_ENV)
+				continue;
+			slot = nenv++;
+			snprintf(keys[slot], sizeof(keys[slot]), "%.*s", (int)klen, line);
+			vals[slot] = NULL;
+		}
+		free(vals[slot]);
+		vals[slot] = strdup(value);
+		if (vals[slot] == NULL)
+			goto out;
+	}
+	for (int i = 0; i < nenv; i++) {
+		int listed = env_listed(keys[i], strlen(keys[i]));
+		spank_err_t rc;
+
+		/* a listed name set non-empty in the job: environ() puts the job's value last, and it stays */
+		if (listed && spank_getenv(sp, keys[i], buf, ENV_BUF) == ESPANK_SUCCESS && buf[0] != '\0')
+			continue;
+		rc = spank_setenv(sp, keys[i], vals[i], listed ? 0 : 1);
+		if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_EXISTS) {
+			slurm_error("pyxis: failed to set %s: %s", keys[i], spank_strerror(rc));
+			goto out;
+		}
+	}
+	rv = 0;
+out:
+	if (rv < 0 && text != NULL && buf != NULL)
+		slurm_error("pyxis: couldn't read container environment");
+	for (int i = 0; i < nenv; i++) {
+		free(vals[i]);
+		vals[i] = NULL;
+	}
+	free(text);
+	free(buf);
+	free(value);
+	return rv;
+}
+
 static int container_setup(spank_t sp);
 
 /*
@@ -575,18 +831,17 @@ static int container_setup(spank_t sp)
 			if (fd >= 0)
 				close(fd);
 			slurm_error("pyxis: [ERROR] %s: %s", strerror(err), abs);
-			slurm_error("pyxis: failed to create container filesystem");
-			slurm_error("pyxis: couldn't start container");
+			slurm_error("pyxis: failed to create container filesystem for image: %s", opt_image);
 			return -1;
 		}
 		if (squashfs_problem(fd, st.st_size, why, sizeof(why)) != NULL) {
 			close(fd);
 			slurm_error("pyxis: [ERROR] unsquashfs: %s on %s", why, abs);
-			slurm_error("pyxis: failed to create container filesystem");
-			slurm_error("pyxis: couldn't start container");
+			slurm_error("pyxis: failed to create container filesystem for image: %s", opt_image);
 			return -1;
 		}
 		close(fd);
+		read_image_env(abs);
 	} else {
 		int delay = read_control_int("pyxis-import-delay", 0);
 
@@ -596,11 +851,11 @@ static int container_setup(spank_t sp)
 		if (control_exists("pyxis-import-fail")) {
 			slurm_error("pyxis: [ERROR] URL https://registry-1.docker.io/ returned error code: 503 (stand-in: %s/pyxis-import-fail exists)",
 				    control_dir);
-			slurm_error("pyxis: failed to import docker image");
-			slurm_error("pyxis: couldn't start container");
+			slurm_error("pyxis: failed to import docker image: %s", opt_image);
 			return -1;
 		}
 		slurm_spank_log("pyxis: imported docker image: %s", opt_image);
+		read_image_env(NULL);
 	}
 
 	/* pyxis_slurmstepd.c validate_mount_sources: absolute sources must exist. */
@@ -611,10 +866,19 @@ static int container_setup(spank_t sp)
 			continue;
 		if (stat(mounts[i].source, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
 			slurm_error("pyxis: --container-mounts: source path does not exist: %s", mounts[i].source);
-			slurm_error("pyxis: couldn't start container");
+			slurm_error("pyxis: couldn't create enroot start configuration script");
 			return -1;
 		}
 	}
+
+	/* pyxis args.c pyxis_args_check_environment_variables: PYXIS_CONTAINER_ENV when --container-env is not given */
+	container_env_names[0] = '\0';
+	if (opt_env != NULL)
+		snprintf(container_env_names, sizeof(container_env_names), "%s", opt_env);
+	else if (spank_getenv(sp, "PYXIS_CONTAINER_ENV", container_env_names, sizeof(container_env_names)) != ESPANK_SUCCESS)
+		container_env_names[0] = '\0';
+	if (apply_container_env(sp) < 0)
+		return -1;
 
 	snprintf(dir, sizeof(dir), "%s/bin", standins_dir);
 	if (prepend_env(sp, "PATH", dir) < 0)
@@ -878,7 +1142,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	if (!enabled)
 		return 0;
 	if (enter_container() < 0) {
-		slurm_error("pyxis: couldn't start container");
+		/* pyxis_slurmstepd.c enroot_container_start: `enroot start` exited non-zero */
+		slurm_error("pyxis: container start failed with error code: 1");
 		return -1;
 	}
 	dir = opt_workdir != NULL ? opt_workdir : "/";
@@ -930,7 +1195,7 @@ static int export_container(const char *path)
 		return errno;
 	if (pid == 0) {
 		char tree[] = "/tmp/pyxis-standin-export-XXXXXX";
-		char file[PATH_MAX], etc[PATH_MAX];
+		char file[PATH_MAX], etc[PATH_MAX], envfile[PATH_MAX];
 		struct stat st;
 		FILE *f;
 		int rc;
@@ -949,9 +1214,18 @@ static int export_container(const char *path)
 		for (int i = 0; i < 2048; i++)
 			fprintf(f, "%08x stand-in image data %u.%u\n", (unsigned)i * 2654435761u, job_id, step_id);
 		fclose(f);
+		/* the rootfs's /etc/environment goes with the container (enroot export squashes the whole rootfs) */
+		snprintf(envfile, sizeof(envfile), "%s/etc/environment", tree);
+		if (image_env_len > 0) {
+			if ((f = fopen(envfile, "w")) == NULL)
+				_exit(errno);
+			fwrite(image_env, 1, image_env_len, f);
+			fclose(f);
+		}
 		rc = run_wait((char *const[]){ "/usr/bin/mksquashfs", tree, (char *)path, "-noappend", "-all-root",
 					      "-no-progress", "-quiet", "-comp", "lzo", "-noD", "-exit-on-error", NULL });
 		unlink(file);
+		unlink(envfile);
 		rmdir(etc);
 		rmdir(tree);
 		if (rc != 0)

@@ -121,6 +121,8 @@ SWITCHES: environment variable first, else a file of that name in ${GLM_STANDIN_
   file sglang-dist-timeout  env GLM_STANDIN_SGLANG_DIST_TIMEOUT  multi-node: seconds the ranks wait for each other
                                                        (connect, all joined, all loaded); default --dist-timeout,
                                                        else 600 (torch's nccl default); this switch wins over both
+  file sglang-nccl-net  env GLM_STANDIN_SGLANG_NCCL_NET   multi-node: the network NCCL can use in this container, `IB`
+                                                       or `Socket` (standin_env.py: NCCL's lines, NCCL_NET forcing)
 """
 
 import datetime
@@ -139,6 +141,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang.standin_args import prepare_server_args
+from sglang.standin_env import nccl_network, write_kernel_caches
 from sglang.standin_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, Metrics
 from sglang.standin_tqdm import SINGLE_THREAD, Bar, bar_desc
 from sglang.standin_health import Outputs, wait_healthy
@@ -1336,6 +1339,11 @@ def main(argv=None):
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         config = read_model(args)[0]
+        # standin_env.py: NCCL's network between the nodes (NCCL_NET, NCCL_DEBUG), and the kernel caches' folders
+        nccl_failure = nccl_network(args.nnodes)
+        if nccl_failure:
+            raise StartupError(nccl_failure, PYNCCL_FRAMES)
+        write_kernel_caches(cluster.label if cluster else "TP0")
         numbers = load_model(args, stop, config, cluster)
         if cluster:
             cluster.loaded(stop)
