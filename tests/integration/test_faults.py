@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -226,11 +227,21 @@ def warm_dir():
         '"srun --container-image=docker://lmsysorg/sglang:v0.5.21 --container-save=$HOME/%s/sglang.sqsh true && '
         'srun --container-image=$HOME/%s/sglang.sqsh --container-mounts=$HOME/%s hf download zai-org/GLM-5.3-Flash '
         '--local-dir $HOME/%s/GLM-5.3-Flash"' % (rel, rel, rel, rel, rel, rel), timeout=120)
-    # what download.sbatch writes once `hf download` has exited 0: without it the deploy downloads again (a resume)
+    # what download.sbatch writes once `hf download` has exited 0 and every file had the Hub's checksum (the Hub's
+    # listing, as the hf stand-in serves it, and the record of the check): without it the deploy downloads again
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'cluster', 'standins', 'python'))
+    import hf_standin  # pylint: disable=import-outside-toplevel
+    commit = hf_standin.commit_hash('zai-org/GLM-5.3-Flash', None)
+    listing = os.path.join(path, 'GLM-5.3-Flash', '.glm-serve-listing.json')
+    with open(listing, 'w') as handle:
+        json.dump({'repo': 'zai-org/GLM-5.3-Flash', 'revision': '', 'commit': commit, 'files': dict(
+            (e['path'], {'size': e['size']}) for e in hf_standin.hub_listing('zai-org/GLM-5.3-Flash'))}, handle)
     record = os.path.join(path, 'GLM-5.3-Flash', '.glm-serve-complete.json')
     with open(record, 'w') as handle:
-        json.dump({'repo': 'zai-org/GLM-5.3-Flash', 'revision': '', 'commit': '', 'completed': int(time.time()),
-                   'job_id': 'warm'}, handle)
+        json.dump({'repo': 'zai-org/GLM-5.3-Flash', 'revision': '', 'commit': commit, 'completed': int(time.time()),
+                   'job_id': 'warm', 'verified': {'at': int(time.time()) + 1, 'listing': '.glm-serve-listing.json'}},
+                  handle)
+    chown_login(listing)
     chown_login(record)
     yield path
     shutil.rmtree(path, ignore_errors=True)

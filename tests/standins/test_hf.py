@@ -186,3 +186,90 @@ def test_gate_holds_the_download_until_the_file_appears(tmp_path):
             proc.kill()
         proc.communicate()
     assert len(fetched(local)) == 13
+
+
+def test_listing_and_metadata_carry_the_real_checksums(tmp_path):
+    """The Hub's checksums of what the stand-in writes: lfs.sha256 is the sha256 of the shard's bytes, blob_id of a
+    small file its git blob id (git hash-object), and the .metadata's etag (second line) is the same (the LFS sha256,
+    else the blob id: huggingface_hub _local_folder.py L36-47, L137-139)."""
+    import hashlib
+    local = tmp_path / "GLM"
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "-q"], tmp_path / "control").returncode == 0
+    entries = json.loads(run_hf(["models", "ls", SEED_MODEL, "-R", "--format", "json"], tmp_path / "control").stdout)
+    for entry in entries:
+        data = (local / entry["path"]).read_bytes()
+        meta = (local / ".cache" / "huggingface" / "download" / (entry["path"] + ".metadata")).read_text().split("\n")
+        if "lfs" in entry:
+            assert entry["lfs"]["sha256"] == hashlib.sha256(data).hexdigest() == meta[1], entry
+        else:
+            assert entry["blob_id"] == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == meta[1], entry
+            git = subprocess.run(["git", "hash-object", str(local / entry["path"])], capture_output=True, text=True,
+                                 check=False)
+            assert git.returncode != 0 or git.stdout.strip() == entry["blob_id"]
+
+
+def test_a_shard_damaged_on_disk_with_its_mtime_kept_is_skipped_as_hf_skips_it(tmp_path):
+    """Real hf never reads a file again whose metadata is current (file_download.py L1291-1297 with a commit
+    revision, L1373-1384 with a branch): a truncated or flipped shard is skipped. Modified later (mtime past the
+    metadata's timestamp + 1 s), the metadata is ignored and an LFS file is hashed against the etag (L1395-1413):
+    a bad one is fetched again."""
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "-q"], control).returncode == 0
+    shard = local / SHARDS[2]
+    stat = shard.stat()
+    shard.write_bytes(shard.read_bytes()[:1000])
+    os.utime(shard, (stat.st_atime, stat.st_mtime))
+    commit = (local / ".cache" / "huggingface" / "download" / (SHARDS[2] + ".metadata")).read_text().split("\n")[0]
+    for revision in ([], ["--revision", commit]):
+        assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "-q"] + revision, control).returncode == 0
+        assert len(fetched(local)) == 13 and shard.stat().st_size == 1000          # skipped, as hf does
+    later = time.time() + 5
+    os.utime(shard, (later, later))
+    assert run_hf(["download", SEED_MODEL, "--local-dir", str(local), "-q"], control).returncode == 0
+    assert fetched(local)[13:] == ["fetched %s" % SHARDS[2]] and shard.stat().st_size == 256 * 1024
+
+
+def test_corrupt_switch_flips_one_byte_of_the_first_fetch_only(tmp_path):
+    import hashlib
+    local = tmp_path / "GLM"
+    control = tmp_path / "control"
+    sums = dict((e["path"], e.get("lfs", {}).get("sha256")) for e in json.loads(
+        run_hf(["models", "ls", SEED_MODEL, "-R", "--format", "json"], control).stdout))
+    result = run_hf(["download", SEED_MODEL, "--local-dir", str(local), "-q"], control, GLM_STANDIN_HF_CORRUPT=SHARDS[4])
+    assert result.returncode == 0 and all(s.startswith("Fetching 13 files") for s in result.stderr.split("\n") if s)
+
+    def digest(name):
+        return hashlib.sha256((local / name).read_bytes()).hexdigest()
+
+    assert digest(SHARDS[4]) != sums[SHARDS[4]] and digest(SHARDS[3]) == sums[SHARDS[3]]
+    (local / SHARDS[4]).unlink()
+    again = run_hf(["download", SEED_MODEL, SHARDS[4], "--local-dir", str(local), "-q"], control,
+                   GLM_STANDIN_HF_CORRUPT=SHARDS[4])
+    assert again.returncode == 0 and fetched(local)[13:] == ["fetched %s" % SHARDS[4]]
+    assert digest(SHARDS[4]) == sums[SHARDS[4]]
+
+
+def test_models_ls_of_a_repo_is_refused_below_1_13_as_the_real_cli_refuses_it():
+    """`hf models ls REPO -R` exists from huggingface_hub 1.13 (cli/models.py at v1.13.0 L69-135); 1.3 to 1.12 have
+    `models ls` without REPO or -R (click: No such option), before 1.3 no `models` (No such command); exit 2."""
+    argv = ["models", "ls", SEED_MODEL, "-R", "--format", "json"]
+    old = run_hf(argv, "/nonexistent-control", GLM_STANDIN_HF_VERSION="1.12.0")
+    assert old.returncode == 2 and old.stdout == ""
+    assert old.stderr.startswith("Usage: hf models ls [OPTIONS]\nTry 'hf models ls -h' for help.\n\nError: No such option: -R\n")
+    older = run_hf(argv, "/nonexistent-control", GLM_STANDIN_HF_VERSION="1.2.0")
+    assert older.returncode == 2 and "Error: No such command 'models'." in older.stderr
+    assert run_hf(argv, "/nonexistent-control", GLM_STANDIN_HF_VERSION="1.13.0").returncode == 0
+
+
+def test_python_api_model_info_answers_the_same_listing(tmp_path):
+    """HfApi().model_info(REPO, files_metadata=True) of the huggingface_hub stand-in, in every version."""
+    code = ("import json, huggingface_hub as h; i = h.HfApi().model_info(%r, revision=None, files_metadata=True); "
+            "print(json.dumps([h.__version__, i.sha, [[s.rfilename, s.size, s.blob_id, s.lfs and s.lfs.sha256] "
+            "for s in i.siblings]]))" % SEED_MODEL)
+    got = subprocess.run([PYTHON, "-c", code], env=standin_env(tmp_path, GLM_STANDIN_HF_VERSION="1.0.0"),
+                         capture_output=True, text=True, check=True)
+    version, sha, siblings = json.loads(got.stdout)
+    entries = json.loads(run_hf(["models", "ls", SEED_MODEL, "-R", "--format", "json"], tmp_path).stdout)
+    assert version == "1.0.0" and len(sha) == 40
+    assert siblings == [[e["path"], e["size"], e["blob_id"], e.get("lfs", {}).get("sha256")] for e in entries]

@@ -12,6 +12,13 @@ the next download resumes it, and hf skips the files already there. The image co
 (its superblock: the magic, version 4, and no more bytes used than the file has; what `unsquashfs -s` and Pyxis
 need): an image cut short by a failed save is saved again by the next download job. Also reports the bytes already
 present (model dir and image) and the free bytes of the filesystem that holds MODEL_DIR.
+
+Verified, not only complete: the record counts only with its "verified" part, written by the download job once every
+file had the Hub's checksum (the listing MODEL_DIR/.glm-serve-listing.json, of the recorded commit). Hashing 328 GB
+is the job's, on a compute node, once per revision; here, on the login node, each listed file is only looked at
+(stat): of the listing's size, and not modified after the check (mtime at most 1 s after it, the slack hf itself
+allows its own metadata: huggingface_hub _local_folder.py at v1.28.0 L343-349). A file cut short or rewritten since
+is named, and the download job checks and fetches again only the bad files.
 """
 
 import json
@@ -21,6 +28,7 @@ import sys
 
 LIST_MAX = 20
 RECORD = ".glm-serve-complete.json"
+LISTING = ".glm-serve-listing.json"
 
 
 def read_record(model_dir, repo, revision):
@@ -40,6 +48,35 @@ def read_record(model_dir, repo, revision):
     if (record.get("revision") or "") != (revision or ""):
         return None, "the completion record is for revision %r, not %r" % (record.get("revision") or "default", revision or "default")
     return record, ""
+
+
+def verification_problems(model_dir, record):
+    """(why the record's verification does not count or "", [bad files "NAME: why"])."""
+    verified = record.get("verified")
+    if not isinstance(verified, dict) or not isinstance(verified.get("at"), (int, float)):
+        return ("the weights were not checked against the Hub's checksums (the completion record of an older version "
+                "of the download job): the download job checks every file and fetches again only bad ones"), []
+    path = os.path.join(model_dir, os.path.basename(str(verified.get("listing") or LISTING)))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            listing = json.load(handle)
+        files = listing["files"]
+        if listing.get("commit") != record.get("commit"):
+            return "the listing %s is of commit %s, the record of %s" % (path, listing.get("commit"), record.get("commit")), []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return "the Hub's listing %s that the weights were checked against is unreadable (%s)" % (path, exc), []
+    bad = []
+    for name in sorted(files):
+        want = files[name] if isinstance(files[name], dict) else {}
+        try:
+            stat = os.stat(os.path.join(model_dir, name))
+        except OSError:
+            continue                                        # not downloaded (--include/--exclude): the files check says
+        if want.get("size") is not None and stat.st_size != want["size"]:
+            bad.append("%s: %d bytes, the Hub's has %d" % (name, stat.st_size, want["size"]))
+        elif stat.st_mtime - 1 > verified["at"]:
+            bad.append("%s: modified after the checksum check" % name)
+    return "", bad
 
 
 def image_problem(path):
@@ -92,7 +129,14 @@ def main(model_dir, image, repo, revision=""):
         "incomplete": [],
         "incomplete_count": 0,
         "present_bytes": 0,
+        "unverified": [],
+        "unverified_count": 0,
     }
+    verify_why = ""
+    if record:
+        verify_why, unverified = verification_problems(model_dir, record)
+        state["unverified"] = unverified[:LIST_MAX]
+        state["unverified_count"] = len(unverified)
     if os.path.isfile(image):
         state["present_bytes"] += os.path.getsize(image)
         state["image_problem"] = image_problem(image)
@@ -133,9 +177,15 @@ def main(model_dir, image, repo, revision=""):
     state["free_bytes"] = stats.f_bavail * stats.f_frsize
 
     files_whole = bool(state["config_present"] and wanted and not state["index_error"] and not missing and not incomplete)
-    state["weights_complete"] = bool(record) and files_whole
+    verified = bool(record) and not verify_why and not state["unverified_count"]
+    state["weights_complete"] = bool(record) and files_whole and verified
     if state["weights_complete"]:
         state["why"] = ""
+    elif record and files_whole and verify_why:
+        state["why"] = verify_why
+    elif record and files_whole:
+        state["why"] = "%d files are not what was checked against the Hub's checksums (%s): the download job checks them and fetches the bad ones again" % (
+            state["unverified_count"], "; ".join(state["unverified"][:3]))
     elif record_why and files_whole:
         state["why"] = record_why + ": the download runs again and hf skips the files already there"
     elif record_why:

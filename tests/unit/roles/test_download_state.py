@@ -2,7 +2,8 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""roles/download/files/download_state.py: complete means the download job's record of `hf download` exiting 0."""
+"""roles/download/files/download_state.py: complete means the download job's record of `hf download` exiting 0 and
+of every file checked against the Hub's checksums (its "verified" part and the listing it names)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,6 +14,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,9 +51,48 @@ def tree(tmp_path):
 
 
 def record(model, **fields):
-    data = dict(repo=REPO, revision='', commit='a' * 40, completed=1, job_id='7')
+    """The download job's record, with its verification (at: now) and the listing it checked against: the files
+    there now, with their sizes (as download.sbatch writes them once every checksum matched)."""
+    data = dict(repo=REPO, revision='', commit='a' * 40, completed=1, job_id='7',
+                verified={'at': int(time.time()) + 1, 'listing': '.glm-serve-listing.json'})
     data.update(fields)
+    files = dict((p.name, {'size': p.stat().st_size, 'sha256': '0' * 64}) for p in model.iterdir()
+                 if p.is_file() and not p.name.startswith('.glm-serve-'))
+    (model / '.glm-serve-listing.json').write_text(json.dumps({'commit': 'a' * 40, 'files': files}))
     (model / '.glm-serve-complete.json').write_text(json.dumps(data))
+
+
+def test_a_record_without_the_checksum_check_does_not_count(tree):
+    """A record of the download job before checksums (no "verified"): the job runs again to check every file."""
+    model, image = tree
+    record(model, verified=None)
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and "not checked against the Hub's checksums" in got['why'], got
+
+
+def test_a_shard_cut_short_after_the_check_is_named(tree):
+    """Truncated with its mtime kept (hf would skip it): the size against the listing's, no hashing here."""
+    model, image = tree
+    record(model)
+    shard = model / SHARDS[1]
+    before = shard.stat()
+    shard.write_bytes(b'x' * 4)
+    os.utime(str(shard), (before.st_atime, before.st_mtime))
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and got['unverified_count'] == 1, got
+    assert '%s: 4 bytes, the Hub\'s has 10' % SHARDS[1] in got['why'], got['why']
+
+
+def test_a_shard_rewritten_after_the_check_is_named(tree):
+    """Same size, modified after the check (its mtime more than hf's 1 s slack after it)."""
+    model, image = tree
+    record(model)
+    shard = model / SHARDS[0]
+    shard.write_bytes(b'y' * 10)
+    later = time.time() + 60
+    os.utime(str(shard), (later, later))
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and '%s: modified after the checksum check' % SHARDS[0] in got['why'], got
 
 
 def test_files_that_look_whole_without_the_record_are_not_complete(tree):

@@ -73,7 +73,53 @@ def number(name, default, kind=float):
 
 
 def commit_hash(repo, revision):
-    return hashlib.sha1(("%s@%s" % (repo, revision)).encode()).hexdigest()
+    """The commit a revision resolves to: a commit hash is itself, a branch or tag a deterministic hash."""
+    if revision and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
+        return revision
+    return hashlib.sha1(("%s@%s" % (repo, revision or "main")).encode()).hexdigest()
+
+
+VERSION_DEFAULT = "1.28.0"
+
+
+def hub_version():
+    text = switch("hf-version") or VERSION_DEFAULT
+    try:
+        return tuple(int(part) for part in text.split(".")[:3])
+    except ValueError:
+        return tuple(int(part) for part in VERSION_DEFAULT.split("."))
+
+
+def content(repo, name, size, data):
+    """The whole content of a file of the checkpoint."""
+    return data if data is not None else shard_bytes_at(repo, name, 0, size)
+
+
+def git_blob_id(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def hub_entry(repo, name, size, data):
+    """The Hub's listing entry of a file (list_repo_tree(expand=True) / model_info(files_metadata=True)): path, size,
+    blob id; LFS files (the shards) also lfs {size, sha256, pointer_size}, their blob id that of the pointer."""
+    body = content(repo, name, size, data)
+    if data is not None:
+        return {"path": name, "size": size, "blob_id": git_blob_id(body)}
+    sha256 = hashlib.sha256(body).hexdigest()
+    pointer = ("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (sha256, size)).encode()
+    return {"path": name, "size": size, "blob_id": git_blob_id(pointer),
+            "lfs": {"size": size, "sha256": sha256, "pointer_size": len(pointer)}}
+
+
+def etag_of(entry):
+    """What the Hub sends as the file's etag (X-Linked-Etag for LFS: the sha256), hf's .metadata second line."""
+    return entry["lfs"]["sha256"] if "lfs" in entry else entry["blob_id"]
+
+
+def hub_listing(repo):
+    shards = number("hf-shards", 8, int)
+    shard_bytes = number("hf-shard-kib", 256, int) * 1024
+    return [hub_entry(repo, name, size, data) for name, (size, data) in checkpoint_files(repo, shards, shard_bytes).items()]
 
 
 def shard_names(shards):
@@ -175,19 +221,57 @@ def fetch(args, name, size, data, state):
             if pause:
                 handle.flush()
                 time.sleep(pause)
+    if name in state["corrupt"] and name not in fetched_before(local_dir):
+        with open(incomplete, "r+b") as handle:
+            handle.seek(size // 2)
+            byte = handle.read(1)
+            handle.seek(size // 2)
+            handle.write(bytes([byte[0] ^ 0x01]))
+    os.replace(incomplete, target)
     meta_path = os.path.join(dl_dir, name + ".metadata")
     with open(meta_path, "w", encoding="utf-8") as meta:
-        meta.write("%s\n%s\n%f\n" % (state["commit"], hashlib.sha1(name.encode()).hexdigest(), time.time()))
-    os.replace(incomplete, target)
+        meta.write("%s\n%s\n%f\n" % (state["commit"], state["etags"][name], time.time()))
     with open(os.path.join(local_dir, ".cache", "huggingface", "standin-fetch.log"), "a", encoding="utf-8") as log:
         log.write("fetched %s\n" % name)
     state["fetched"] += 1
 
 
-def is_complete(local_dir, name, size):
+def fetched_before(local_dir):
+    try:
+        with open(os.path.join(local_dir, ".cache", "huggingface", "standin-fetch.log"), encoding="utf-8") as log:
+            return {line.split(None, 1)[1].strip() for line in log if line.startswith("fetched ")}
+    except OSError:
+        return set()
+
+
+def read_metadata(local_dir, name):
+    """(commit, etag) of NAME's .metadata, or None when missing, unreadable or outdated (the file modified more than
+    1 s after the metadata's timestamp): _local_folder.py read_download_metadata at v1.28.0 L306-354."""
     target = os.path.join(local_dir, name)
     meta = os.path.join(local_dir, ".cache", "huggingface", "download", name + ".metadata")
-    return os.path.isfile(target) and os.path.getsize(target) == size and os.path.isfile(meta)
+    try:
+        with open(meta, encoding="utf-8") as handle:
+            commit, etag, stamp = handle.readline().strip(), handle.readline().strip(), float(handle.readline().strip())
+        mtime = os.stat(target).st_mtime
+    except (OSError, ValueError):
+        return None
+    return (commit, etag) if mtime - 1 <= stamp else None
+
+
+def is_complete(local_dir, name, size, data, revision, commit, etag):
+    """Whether hf skips NAME: file_download.py _hf_hub_download_to_local_dir at v1.28.0 L1291-1297, L1373-1413."""
+    target = os.path.join(local_dir, name)
+    if not os.path.isfile(target):
+        return False
+    metadata = read_metadata(local_dir, name)
+    if revision and revision == commit and metadata is not None and metadata[0] == revision:
+        return True
+    if metadata is not None:
+        return metadata[1] == etag
+    if len(etag) == 64:
+        with open(target, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest() == etag
+    return False
 
 
 def selected(name, args):
@@ -236,9 +320,10 @@ def size_text(size):
     return "%3.1fT" % size
 
 
-def dry_run(args, files):
-    todo = dict((name, size) for name, (size, _data) in files.items()
-                if args.force_download or not is_complete(args.local_dir, name, size))
+def dry_run(args, files, state):
+    todo = dict((name, size) for name, (size, data) in files.items()
+                if args.force_download or not is_complete(args.local_dir, name, size, data, args.revision,
+                                                          state["commit"], state["etags"][name]))
     sizes = dict((name, size_text(todo[name]) if name in todo else "-") for name in files)
     if args.format == "json":
         print(json.dumps([{"file": name, "size": sizes[name]} for name in files]), flush=True)
@@ -254,18 +339,34 @@ def dry_run(args, files):
     return 0
 
 
+def list_refusal(version):
+    """What `hf models ls REPO -R --format json` prints on stderr (exit 2) with a huggingface_hub older than 1.13, or
+    "". Rich is off in the hf app (cli/_cli_utils.py typer_factory at v1.12.0 L505-508), so typer leaves the error to
+    click's UsageError.show: the usage, "Try '... -h' for help.", a blank line, "Error: MESSAGE". Before 1.3 there is
+    no `models` group (cli/hf.py registers none): "No such command 'models'."; from 1.3 to 1.12 `models ls` lists
+    models and takes no REPO and no -R (cli/models.py at v1.12.0 L68-94), and click meets -R first: "No such option:
+    -R", to which HFCliTyperGroup.invoke adds the command's options (_cli_utils.py at v1.12.0 L122-151, L393-406)."""
+    if version >= (1, 13, 0):
+        return ""
+    if version < (1, 3, 0):
+        return ("Usage: hf [OPTIONS] COMMAND [ARGS]...\nTry 'hf -h' for help.\n\nError: No such command 'models'.\n")
+    return ("Usage: hf models ls [OPTIONS]\nTry 'hf models ls -h' for help.\n\nError: No such option: -R\n\n"
+            "Available options for 'hf models ls':\n"
+            "  --search TEXT                  Search query.\n"
+            "  --author TEXT                  Filter by author or organization.\n"
+            "  --limit INTEGER                Limit the number of results.\n"
+            "  --format [auto|human|agent|json|quiet]\n"
+            "\nRun 'hf models ls --help' for full details.\n")
+
+
 def list_files(args):
     """`hf models ls REPO -R --format json`: the repository's files with their exact sizes (cli/_file_listing.py,
-    list_repo_tree(expand=True)); LFS files (the shards) carry an "lfs" object too."""
-    shards = number("hf-shards", 8, int)
-    shard_bytes = number("hf-shard-kib", 256, int) * 1024
-    entries = []
-    for name, (size, data) in checkpoint_files(args.repo_id, shards, shard_bytes).items():
-        blob = hashlib.sha1(("%s/%s/blob" % (args.repo_id, name)).encode()).hexdigest()
-        entry = {"path": name, "size": size, "blob_id": blob}
-        if data is None:
-            entry["lfs"] = {"size": size, "sha256": hashlib.sha256(blob.encode()).hexdigest(), "pointer_size": 134}
-        entries.append(entry)
+    list_repo_tree(expand=True)); LFS files (the shards) carry an "lfs" object too. Refused below 1.13."""
+    refusal = list_refusal(hub_version())
+    if refusal:
+        sys.stderr.write(refusal)
+        return 2
+    entries = hub_listing(args.repo_id)
     if args.format == "json":
         print(json.dumps(entries, indent=2), flush=True)
     else:
@@ -285,16 +386,18 @@ def download(args):
         "delay": number("hf-delay", 0.0),
         "fail_after": number("hf-fail-after", None, int),
         "nospace_after": number("hf-nospace-after", None, int),
-        "commit": commit_hash(args.repo_id, args.revision or "main"),
+        "commit": commit_hash(args.repo_id, args.revision),
+        "corrupt": set(name for name in (switch("hf-corrupt") or "").split(",") if name),
         "fetched": 0,
     }
     files = {name: spec for name, spec in checkpoint_files(args.repo_id, shards, shard_bytes).items() if selected(name, args)}
+    state["etags"] = dict((name, etag_of(hub_entry(args.repo_id, name, size, data))) for name, (size, data) in files.items())
     cache = os.path.join(args.local_dir, ".cache", "huggingface")
     os.makedirs(cache, exist_ok=True)
     with open(os.path.join(cache, ".gitignore"), "w", encoding="utf-8") as handle:
         handle.write("*\n")
     if args.dry_run:
-        return dry_run(args, files)
+        return dry_run(args, files, state)
     gate = switch("hf-gate")
     while gate and not os.path.exists(os.path.join(cache, os.path.basename(gate))):
         time.sleep(0.5)
@@ -305,7 +408,8 @@ def download(args):
     sys.stderr.flush()
     try:
         for index, (name, (size, data)) in enumerate(files.items(), 1):
-            if args.force_download or not is_complete(args.local_dir, name, size):
+            if args.force_download or not is_complete(args.local_dir, name, size, data, args.revision, state["commit"],
+                                                      state["etags"][name]):
                 fetch(args, name, size, data, state)
             sys.stderr.write(tqdm_segment(desc, index, total, time.time() - started))
             sys.stderr.flush()
@@ -354,6 +458,10 @@ def main(argv=None):
     listing.add_argument("--revision")
     listing.add_argument("--format", choices=["auto", "human", "agent", "json", "quiet"], default="auto")
     listing.add_argument("--json", dest="format", action="store_const", const="json")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["models"] and list_refusal(hub_version()):
+        sys.stderr.write(list_refusal(hub_version()))
+        return 2
     args = parser.parse_args(argv)
     if args.command == "models" and getattr(args, "models_command", None) == "ls":
         return list_files(args)
