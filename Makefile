@@ -18,6 +18,8 @@ DOCS_VENV := .venv-docs
 RUNNER_VENV := .venv-runner
 # SGLang's Model Gateway (requirements-router.txt), the real router of tests/standins/test_router_launcher.py
 ROUTER_VENV := .venv-router
+# galaxy-importer (requirements-importer.txt), what Galaxy and Automation Hub run on an upload: make build runs it
+IMPORTER_VENV := .venv-importer
 DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
 CLUSTER := tests/cluster/cluster.sh
@@ -74,6 +76,10 @@ cluster-stop: ## stop the local Slurm cluster
 
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
 	tests/demo.sh
+
+.PHONY: demo-replicas
+demo-replicas: setup cluster ## the demo with two replicas behind SGLang's router (server_replicas=2): router, relay, teardown
+	tests/demo.sh replicas
 
 # make test's stages, in order; tests/tooling/stages.sh runs each as its own make and prints their times at the end
 # sanity and units run in test-ansible-ci, on the oldest and the newest claimed ansible-core (make sanity and make
@@ -158,14 +164,19 @@ $(EE_VENV)/.installed: requirements-ee.txt constraints.txt tests/tooling/setup-t
 	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(EE_VENV)" requirements-ee.txt
 	touch $@
 
+$(IMPORTER_VENV)/.installed: requirements-importer.txt constraints.txt tests/tooling/setup-tool-venv.sh
+	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(IMPORTER_VENV)" requirements-importer.txt
+	touch $@
+
 $(DOCS_VENV)/.installed: requirements-docs.txt constraints.txt tests/tooling/setup-tool-venv.sh
 	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(DOCS_VENV)" requirements-docs.txt
 	touch $@
 
-build: setup $(EE_VENV)/.installed ## the collection tarball, checked (no venv, cache or link inside), and its EE build context
+build: setup $(EE_VENV)/.installed $(IMPORTER_VENV)/.installed ## the collection tarball, checked (no venv, cache or link inside; Galaxy's importer), and its EE build context
 	rm -rf build
 	ansible-galaxy collection build --force --output-path build .
 	python tests/tooling/check_build.py build/glm-serve-*.tar.gz
+	python tests/tooling/check_importer.py $(IMPORTER_VENV) build/glm-serve-*.tar.gz
 	$(EE_VENV)/bin/python tests/tooling/check_ee.py
 
 ee: build ## ansible-builder create from meta/execution-environment.yml (the tarball of make build), checked; part of make build
@@ -199,4 +210,4 @@ docs-test: setup ## the built site in headless Chromium (installs Debian's chrom
 	$(DOCS_TEST)
 
 clean: ## remove venvs, links, builds (the cluster stays; make cluster-stop stops it)
-	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) $(RUNNER_VENV) $(ROUTER_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
+	rm -rf $(VENV) $(LINT_VENV) $(EE_VENV) $(DOCS_VENV) $(RUNNER_VENV) $(ROUTER_VENV) $(IMPORTER_VENV) .venv-sglang .venv-ansible .collections build $(TEST_ROOT) /tmp/glm-serve-ansible-matrix
