@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # make demo: the embedded default. On the local Slurm cluster (tests/cluster), over real SSH as the login
 # user: deploy GLM-5.3-Flash (stand-ins for the GPU parts), call the chat API with the key, tear down.
-# Prints what happened at each step and a summary. Run `make demo` (it sets up the toolchain and the cluster).
+# Prints what happened at each step and a summary. Run `make demo` (it sets up the toolchain and the cluster);
+# `make demo-replicas` (tests/demo.sh replicas): the same with two replicas behind SGLang's router.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,26 +49,36 @@ curl -sS --fail-with-body "$GLM_BASE_URL/chat/completions" \
 REMOTE
 }
 
-# From "the operator's laptop" (this machine): the key copied 0600 by fetch_key.yml, the tunnel line the deploy
-# printed, and the official openai client through it.
+# From "the operator's laptop" (this machine): the key copied 0600 by fetch_key.yml, the tunnel line status prints
+# (server.tunnel of its JSON: ssh -L to the login node's loopback, running the relay there to the server's node, or
+# the router's; the login node's sshd refuses any other forwarding, as the platform's gateway does), and the official
+# openai client through it. The line runs as printed but for the local port (30080, not 30000), with its input kept
+# open (a fifo) as a terminal's would be; closing that input ends the ssh session and the relay with it.
 call_through_tunnel() {
-  local dir node port=30080
+  local dir line tunnel keep left
   dir=$(mktemp -d)
   ansible-playbook playbooks/fetch_key.yml -e glm_key_dest="$dir/api-key" > /dev/null
-  # shellcheck disable=SC2016  # expanded by the login node's shell, not here
-  node=$(login '. ~/glm/endpoint; echo "$GLM_BASE_URL"' | sed -E 's#^http://([^:]+):.*#\1#')
-  echo "tunnel: ssh -N -L $port:$node:30000 glmuser@127.0.0.1 -p 2222 (the line deploy printed, on a free local port)"
-  ssh -i "$cluster_dir/ssh/id_ed25519" -o UserKnownHostsFile="$cluster_dir/ssh/known_hosts" -o StrictHostKeyChecking=yes \
-      -o BatchMode=yes -o ExitOnForwardFailure=yes -p 2222 -N -L "$port:$node:30000" glmuser@127.0.0.1 &
-  local tunnel=$!
-  sleep 2
-  GLM_KEY_FILE="$dir/api-key" GLM_PORT=$port python - <<'PY'
+  ansible-playbook playbooks/status.yml -e glm_status_json="$dir/status.json" > /dev/null
+  line=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["server"]["tunnel"] or "")' "$dir/status.json")
+  [ -n "$line" ] || { echo "status printed no tunnel line"; return 1; }
+  echo "tunnel (the line status printed, on local port 30080): $line"
+  line=${line/-L 30000:/-L 30080:}
+  mkfifo "$dir/in"
+  eval "$line" < "$dir/in" 2> "$dir/ssh.err" &
+  tunnel=$!
+  exec {keep}> "$dir/in"
+  for _ in $(seq 100); do grep -q 'until this ssh session ends' "$dir/ssh.err" && break; sleep 0.1; done
+  cat "$dir/ssh.err"
+  GLM_KEY_FILE="$dir/api-key" GLM_PORT=30080 python - <<'PY'
 import json, os, openai
 client = openai.OpenAI(base_url="http://127.0.0.1:%s/v1" % os.environ["GLM_PORT"],
                        api_key=open(os.environ["GLM_KEY_FILE"]).read().strip(), max_retries=0)
 print("models:", [m.id for m in client.models.list()])
 reply = client.chat.completions.create(model="glm-5.3-flash", messages=[{"role": "user", "content": "Hello"}])
 print("chat:", reply.choices[0].message.content)
+chunks = list(client.chat.completions.create(model="glm-5.3-flash", stream=True,
+                                             messages=[{"role": "user", "content": "Hello"}]))
+print("streamed: %d chunks" % len(chunks))
 tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 call = client.chat.completions.create(model="glm-5.3-flash", tools=tools,
@@ -75,7 +86,13 @@ call = client.chat.completions.create(model="glm-5.3-flash", tools=tools,
 tool_call = call.choices[0].message.tool_calls[0]
 print("tool call:", tool_call.function.name, json.loads(tool_call.function.arguments))
 PY
-  kill "$tunnel"; rm -rf "$dir"
+  exec {keep}>&-   # the session's input ends: the relay, then the ssh
+  wait "$tunnel" || true
+  # shellcheck disable=SC2016  # expanded on the login node
+  left=$(login 'pgrep -a -u "$(id -un)" -f "[g]lm_relay.py" || true')
+  echo "relays left on the login node after the ssh ended: ${left:-none}"
+  rm -rf "$dir"
+  [ -z "$left" ]
 }
 
 show_jobs() {
@@ -83,12 +100,24 @@ show_jobs() {
 }
 
 # A progress line every 5 s (60 by default), so that the short local deploy shows a few.
-step "1/6 deploy (playbooks/deploy.yml)" ansible-playbook playbooks/deploy.yml -e glm_progress_interval=5
-step "2/6 call the API with the key, on the login node" call_api
-step "3/6 from this machine: SSH tunnel + openai client" call_through_tunnel
-step "4/6 status (playbooks/status.yml)" ansible-playbook playbooks/status.yml
-step "5/6 teardown (playbooks/teardown.yml)" ansible-playbook playbooks/teardown.yml
-step "6/6 what is left: no jobs; key, image, weights" show_jobs
+# tests/demo.sh replicas (make demo-replicas): two replicas behind the router (inventory/local sets what the local
+# cluster needs: the router listens on its node's address, as the replicas do on theirs, all on one machine).
+if [ "${1-}" = replicas ]; then
+  step "1/6 deploy 2 replicas + router (deploy.yml -e server_replicas=2)" \
+    ansible-playbook playbooks/deploy.yml -e server_replicas=2 -e glm_progress_interval=5
+  step "2/6 call the router with the key, on the login node" call_api
+  step "3/6 from this machine: the relay to the router + openai" call_through_tunnel
+  step "4/6 status (playbooks/status.yml)" ansible-playbook playbooks/status.yml
+  step "5/6 teardown: the router and every replica" ansible-playbook playbooks/teardown.yml
+  step "6/6 what is left: no jobs; key, image, weights" show_jobs
+else
+  step "1/6 deploy (playbooks/deploy.yml)" ansible-playbook playbooks/deploy.yml -e glm_progress_interval=5
+  step "2/6 call the API with the key, on the login node" call_api
+  step "3/6 from this machine: SSH tunnel + openai client" call_through_tunnel
+  step "4/6 status (playbooks/status.yml)" ansible-playbook playbooks/status.yml
+  step "5/6 teardown (playbooks/teardown.yml)" ansible-playbook playbooks/teardown.yml
+  step "6/6 what is left: no jobs; key, image, weights" show_jobs
+fi
 
 printf '\n=== demo finished\n'
 printf '%s\n' "${summary[@]}"

@@ -368,21 +368,8 @@ setup_user() {
   fi
 }
 
-setup_ssh() {
-  install -d -m 0755 "$D/ssh"
-  [ -s "$D/ssh/ssh_host_ed25519_key" ] ||
-    ssh-keygen -q -t ed25519 -N '' -C glm-cluster-host -f "$D/ssh/ssh_host_ed25519_key"
-  [ -s "$SSH_KEY" ] || ssh-keygen -q -t ed25519 -N '' -C glm-cluster-operator -f "$SSH_KEY"
-  chmod 0600 "$SSH_KEY" "$D/ssh/ssh_host_ed25519_key"
-  chown root:root "$SSH_KEY"
-  {
-    printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
-    printf '[localhost]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
-    if [ -n "$SSH_ADDR" ]; then
-      printf '[%s]:%s %s\n' "$SSH_ADDR" "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
-    fi
-  } | write_if_changed "$KNOWN_HOSTS"
-
+# the login node's sshd_config (start rewrites it and reloads a running sshd when it changed)
+write_sshd_config() {
   local sftp=/usr/lib/openssh/sftp-server
   [ -x "$sftp" ] || sftp=internal-sftp
   write_if_changed "$D/ssh/sshd_config" <<EOF
@@ -402,7 +389,47 @@ X11Forwarding no
 PrintMotd no
 PrintLastLog no
 Subsystem sftp $sftp
+# The platform's SSH gateway, as the guide's platform notes say it (../shared/reference/serve-glm-sglang-seed.md, its
+# first lines): "The gateway supports shells, commands, SFTP (including modern scp), and forwarding to loopback ports
+# on the login node. Legacy scp and rsync need their programs on the login node. Remote forwarding and non-loopback
+# destinations are refused." The same here: -L only to localhost:* or 127.0.0.1:* of this login node (sshd_config(5)
+# of OpenSSH 9.2p1, PermitOpen: '*' for any port, "no pattern matching or address lookups are performed on supplied
+# names"), so -L to a node (node1, 127.0.0.11-13) fails: "channel N: open failed: administratively prohibited";
+# no -R, no socket forwarding, no tun devices. glm.serve reaches a server through roles/glm/files/glm_relay.py.
+AllowTcpForwarding local
+PermitOpen localhost:* 127.0.0.1:*
+GatewayPorts no
+AllowStreamLocalForwarding no
+PermitTunnel no
 EOF
+}
+
+# SIGHUP: sshd re-executes itself with the new configuration (checked first with sshd -t); sessions already open keep
+# theirs. A config sshd refuses stops start, with sshd's message.
+reload_sshd() {
+  local pid
+  pid=$(live_pid "$D/run/sshd.pid") || return 0
+  /usr/sbin/sshd -t -f "$D/ssh/sshd_config" || die "sshd refuses $D/ssh/sshd_config"
+  kill -HUP "$pid"
+  log "sshd configuration changed: reloaded (pid $pid)"
+}
+
+setup_ssh() {
+  install -d -m 0755 "$D/ssh"
+  [ -s "$D/ssh/ssh_host_ed25519_key" ] ||
+    ssh-keygen -q -t ed25519 -N '' -C glm-cluster-host -f "$D/ssh/ssh_host_ed25519_key"
+  [ -s "$SSH_KEY" ] || ssh-keygen -q -t ed25519 -N '' -C glm-cluster-operator -f "$SSH_KEY"
+  chmod 0600 "$SSH_KEY" "$D/ssh/ssh_host_ed25519_key"
+  chown root:root "$SSH_KEY"
+  {
+    printf '[127.0.0.1]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    printf '[localhost]:%s %s\n' "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    if [ -n "$SSH_ADDR" ]; then
+      printf '[%s]:%s %s\n' "$SSH_ADDR" "$SSH_PORT" "$(cut -d' ' -f1,2 "$D/ssh/ssh_host_ed25519_key.pub")"
+    fi
+  } | write_if_changed "$KNOWN_HOSTS"
+
+  write_sshd_config
   write_if_changed "$D/ssh/ssh_config" <<EOF
 # ssh -F $D/ssh/ssh_config glm-login
 Host glm-login
@@ -632,6 +659,10 @@ cmd_start() {
   local t0=$SECONDS n
   copy_standins
   build_plugin # slurmstepd loads it for every step: a rebuilt plugin takes effect at once
+  local sshd_before
+  sshd_before=$(md5sum <"$D/ssh/sshd_config" 2>/dev/null || true)
+  write_sshd_config
+  [ "$sshd_before" = "$(md5sum <"$D/ssh/sshd_config")" ] || reload_sshd
   if all_running && nodes_ready; then
     local before
     before=$(cat "$CONF" "$D/etc/task_prolog.sh" 2>/dev/null | md5sum || true)

@@ -1,8 +1,17 @@
 """From a laptop: the key copied with fetch_key.yml, an SSH tunnel through the login user (the line deploy prints),
 and the official openai client on the operator's side, against the server on its node (issue 10, section 4).
 
-The login node is the only way in: the tunnel is `ssh -N -L PORT:NODE:30000` to the login user over real SSH, as
-deploy.yml prints it; the client never talks to the node directly.
+The login node is the only way in, and its SSH gateway forwards only to loopback ports of the login node: "The
+gateway supports shells, commands, SFTP (including modern scp), and forwarding to loopback ports on the login node.
+[...] Remote forwarding and non-loopback destinations are refused." (the guide's platform notes,
+../shared/reference/serve-glm-sglang-seed.md, its first lines). The local login node's sshd enforces the same
+(tests/cluster/cluster.sh, write_sshd_config: AllowTcpForwarding local, PermitOpen localhost:* 127.0.0.1:*; OpenSSH
+9.2p1's sshd_config(5): PermitOpen does "no pattern matching or address lookups" on names), so the old line
+`ssh -N -L PORT:NODE:30000` fails with "open failed: administratively prohibited" (issue 23, section 1). The line
+deploy prints now is `ssh -o ExitOnForwardFailure=yes -L PORT:127.0.0.1:RELAY ... 'python3 WORK/glm_relay.py RELAY
+NODE:30000'`: the relay (roles/glm/files/glm_relay.py) listens on the login node's loopback for as long as that ssh
+runs. The test runs exactly that line (only the laptop's port is a free one instead of 30000), with its input kept
+open as a terminal's would be, then checks that no relay is left on the login node once the ssh client has exited.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -11,21 +20,23 @@ __metaclass__ = type
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
 
 import cluster_target as target
-from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names
+from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names, ssh
 
 openai = pytest.importorskip('openai')
 
 WORK = 'glm-it-tunnel'
 VARS = isolated_vars(WORK, 'it-tun-download', 'it-tun-serve', server_time='00:20:00')
-TUNNEL = re.compile(r'"from your machine \(the login node is the only way in\): (ssh -N -L [^"]+)"')
+TUNNEL = re.compile(r'"from your machine \(the login node is the only way in\): (ssh (?:[^"\\]|\\.)+)"')
 
 
 def free_port():
@@ -46,7 +57,7 @@ def served(tmp_path_factory):
         assert proc.returncode == 0, proc.stdout[-4000:]
         found = TUNNEL.search(proc.stdout)
         assert found, proc.stdout[-3000:]
-        command = found.group(1)
+        command = json.loads('"%s"' % found.group(1))   # the JSON string's text
         with open(os.path.join(work, 'api-key')) as handle:
             key = handle.read().strip()
         yield {'tmp': tmp, 'tunnel': command, 'key': key}
@@ -70,27 +81,87 @@ def test_fetch_key_copies_the_key_0600_and_never_prints_it(served, tmp_path):
     assert bad.returncode != 0 and 'glm_key_dest="relative/key" is not valid' in bad.stdout
 
 
-def test_the_printed_tunnel_and_the_openai_client(served):
-    match = re.match(r'^ssh -N -L (\d+):(\S+):(\d+) (.*)$', served['tunnel'])
-    assert match, served['tunnel']
+def open_tunnel(argv):
+    """Start the ssh line (argv) with its input kept open; its stderr collected. Returns (process, lines)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    lines = []
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line.rstrip('\n'))
+
+    reader = threading.Thread(target=read)
+    reader.daemon = True
+    reader.start()
+    return proc, lines
+
+
+def relays_left(relay_file):
+    """The login node's processes running the relay (pgrep there, as the login user)."""
+    pattern = '[' + relay_file[0] + ']' + relay_file[1:]
+    return ssh('pgrep -a -u %s -f %s || true' % (target.LOGIN_USER, shlex.quote(pattern))).strip()
+
+
+def printed_argv(served, port):
+    """The printed line as argv, with the laptop's port (the -L's first field) replaced by port."""
+    argv = shlex.split(served['tunnel'])
+    spec = argv.index('-L') + 1
+    local, relay_port = re.match(r'^(\d+):127\.0\.0\.1:(\d+)$', argv[spec]).groups()
+    assert local == '30000', served['tunnel']
+    argv[spec] = '%d:127.0.0.1:%s' % (port, relay_port)
+    return argv, int(relay_port)
+
+
+def test_the_gateway_refuses_a_node_as_destination(served):
+    """The test cluster's sshd is as strict as the platform's gateway: -L to a node (the line deploy printed before
+    issue 23) opens the local port, but every connection through it is refused by the login node."""
+    remote = shlex.split(served['tunnel'])[-1]
+    node = remote.split()[-1]
+    argv = shlex.split(served['tunnel'])[:-1]
+    spec = argv.index('-L') + 1
     port = free_port()
-    argv = ['ssh', '-N', '-o', 'ExitOnForwardFailure=yes', '-L', '%d:%s:%s' % (port, match.group(2), match.group(3))]
-    argv += match.group(4).split()
-    tunnel = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv[spec] = '%d:%s' % (port, node)
+    proc, lines = open_tunnel(argv + ['-N'])
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(('127.0.0.1', port), timeout=1).close()
+                with socket.create_connection(('127.0.0.1', port), timeout=2) as sock:
+                    sock.sendall(b'GET /health HTTP/1.0\r\n\r\n')
+                    assert sock.recv(100) == b''
                 break
             except OSError:
-                assert tunnel.poll() is None, tunnel.communicate()
+                assert proc.poll() is None, lines
                 time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while not any('administratively prohibited' in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any('open failed: administratively prohibited' in line for line in lines), lines
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_printed_tunnel_and_the_openai_client(served):
+    assert served['tunnel'].startswith('ssh -o ExitOnForwardFailure=yes -L 30000:127.0.0.1:'), served['tunnel']
+    port = free_port()
+    argv, relay_port = printed_argv(served, port)
+    relay_file = os.path.join(login_home(), WORK, 'glm_relay.py')
+    assert shlex.split(argv[-1])[:3] == ['python3', relay_file, str(relay_port)], argv
+    assert oct(os.stat(relay_file).st_mode & 0o777) == '0o700'
+    tunnel, lines = open_tunnel(argv)
+    try:
+        deadline = time.monotonic() + 20
+        while not any('until this ssh session ends' in line for line in lines):
+            assert tunnel.poll() is None and time.monotonic() < deadline, lines
+            time.sleep(0.1)
         client = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key=served['key'], max_retries=0, timeout=30)
         assert 'glm-5.3-flash' in [m.id for m in client.models.list()]
         reply = client.chat.completions.create(model='glm-5.3-flash', messages=[{'role': 'user', 'content': 'Hello'}],
                                                max_tokens=64)
         assert reply.choices[0].message.content
+        # streamed (SSE): chunk by chunk through the relay
         chunks = list(client.chat.completions.create(model='glm-5.3-flash', stream=True, max_tokens=64,
                                                      messages=[{'role': 'user', 'content': 'Hello'}]))
         assert len(chunks) > 1 and ''.join(c.choices[0].delta.content or '' for c in chunks if c.choices)
@@ -110,9 +181,22 @@ def test_the_printed_tunnel_and_the_openai_client(served):
         wrong = openai.OpenAI(base_url='http://127.0.0.1:%d/v1' % port, api_key='not-the-key', max_retries=0, timeout=30)
         with pytest.raises(openai.AuthenticationError):
             wrong.models.list()
+        assert relays_left(relay_file)
+
+        # A second tunnel of the same deployment while the first runs: the relay's port is taken; it says so and the
+        # second ssh ends at once (its local port closes), the first one still works.
+        second, second_lines = open_tunnel(printed_argv(served, free_port())[0])
+        assert second.wait(20) == 75, second_lines
+        assert any('is taken' in line and 'glm_relay_port=' in line for line in second_lines), second_lines
+        assert 'glm-5.3-flash' in [m.id for m in client.models.list()]
     finally:
-        tunnel.terminate()
+        # the operator's Ctrl-C (SIGINT to ssh): the session ends, and with it the relay on the login node
+        tunnel.send_signal(2)
         tunnel.wait(10)
+    deadline = time.monotonic() + 10
+    while relays_left(relay_file) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not relays_left(relay_file), 'a relay is left on the login node after the ssh client exited'
 
 
 def test_logs_shows_the_end_masked_and_follows(served):

@@ -97,6 +97,10 @@ def test_the_folder_runs_with_its_own_ansible_cfg_and_inventory(home, tmp_path):
     inventory = json.loads(run(['ansible-inventory', '--list'], dest, env).stdout)
     assert inventory['training']['hosts'] == ['login1']
     assert inventory['_meta']['hostvars']['login1'] == {'ansible_python_interpreter': '/usr/bin/python3'}
+    # the SSH config example names the alias and the gateway's login name form (the guide's platform notes: "The SSH
+    # login name is <cluster-id>.<username>"), as comments that leave the inventory as it was
+    text = (dest / 'training').read_text()
+    assert '#   Host login1\n' in text and '#     User <cluster-id>.<username>\n' in text, text
     for name in PLAYBOOKS:
         proc = run(['ansible-playbook', '%s.yml' % name, '--list-hosts', '--list-tasks'], dest, env)
         assert 'glm.serve' in proc.stdout, proc.stdout

@@ -1,0 +1,195 @@
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The way in from the operator's machine through the cluster's SSH gateway: a TCP relay on the login node.
+
+    ssh -L 30000:127.0.0.1:PORT training 'python3 /home/USER/glm/glm_relay.py PORT NODE:30000'
+
+(the line deploy.yml and status.yml print, with PORT and NODE filled in). The gateway forwards only to loopback ports
+of the login node: "forwarding to loopback ports on the login node [...] Remote forwarding and non-loopback
+destinations are refused" (the guide's platform notes), so ``ssh -L 30000:NODE:30000`` is refused ("open failed:
+administratively prohibited"). This listens on 127.0.0.1:PORT of the login node, which the gateway lets the ``-L``
+reach, and relays every connection to NODE:30000 (the server, or the router in front of several replicas), bytes as
+they come: a streamed (SSE) answer is passed on chunk by chunk, and a half-closed connection stays open the other way.
+
+It lives as long as the ssh session that started it: it is that session's command, and it ends when its standard
+input closes (the ssh client exited, was interrupted or lost its connection: sshd then closes the command's input),
+on SIGHUP, SIGTERM or SIGINT, or when the process that started it goes away; nothing of it stays on the login node.
+So the ssh line must keep its input: no ``-n``, ``-f`` or ``< /dev/null`` (it says so and stops when its input is
+closed at once).
+
+PORT: the login node is shared, so two users (or two deployments of one user) must not pick the same port. The
+playbooks derive it from the deployment's work dir (a path under the user's home: 20000 + a hash of it, modulo 9000,
+below the kernel's ephemeral ports and SGLang's 30000) or take glm_relay_port. It is checked here by binding it: a
+port some other program listens on is never shared (no SO_REUSEPORT; SO_REUSEADDR only lets a port in TIME_WAIT be
+bound again), and then this exits at once (status 75) naming a port that is free now, so the ssh line ends too and
+its local port closes. The relay carries bytes only: the API key stays in the client's Authorization header, never
+on a command line and never here. Python 3 standard library only (the login node's python3).
+"""
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+BUFFER = 65536
+CONNECT_TIMEOUT = 15
+# ports the playbooks derive from (glm_relay_port's range): a free one is suggested from here when PORT is taken
+RANGE = (20000, 29000)
+EX_USAGE = 64
+EX_TEMPFAIL = 75
+
+
+def say(text):
+    try:
+        sys.stderr.write('glm-relay: %s\n' % text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def listener_uid(port):
+    """The uid of whoever listens on TCP port on 127.0.0.1 or every address (Linux /proc/net/tcp*), or None."""
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 8 or fields[3] != '0A':   # 0A: LISTEN
+                continue
+            address, _sep, hexport = fields[1].rpartition(':')
+            if int(hexport, 16) == port and address.strip('0') in ('', '100007F', '1'):
+                return int(fields[7])
+    return None
+
+
+def free_port(near):
+    """A port of RANGE that binds on 127.0.0.1 now (from near on), or None."""
+    low, high = RANGE
+    start = near if low <= near < high else low
+    for offset in range(high - low):
+        port = low + (start - low + offset) % (high - low)
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            probe.bind(('127.0.0.1', port))
+            return port
+        except OSError:
+            continue
+        finally:
+            probe.close()
+    return None
+
+
+def pump(source, sink):
+    """Copy source to sink until source's end, then half-close sink (the other way stays open)."""
+    try:
+        while True:
+            data = source.recv(BUFFER)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    try:
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def relay(client, target):
+    try:
+        upstream = socket.create_connection(target, timeout=CONNECT_TIMEOUT)
+    except OSError as err:
+        say('cannot reach %s:%d: %s (is the server running? glm.serve.status says where it is)' % (target + (err,)))
+        client.close()
+        return
+    upstream.settimeout(None)
+    for sock in (client, upstream):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    back = threading.Thread(target=pump, args=(upstream, client))
+    back.daemon = True
+    back.start()
+    pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def serve(server, target):
+    while True:
+        try:
+            client, _peer = server.accept()
+        except OSError:
+            return
+        worker = threading.Thread(target=relay, args=(client, target))
+        worker.daemon = True
+        worker.start()
+
+
+def main(argv):
+    if len(argv) != 2 or not argv[0].isdigit() or ':' not in argv[1]:
+        say('usage: glm_relay.py PORT HOST:PORT  (listen on 127.0.0.1:PORT of the login node, relay to HOST:PORT)')
+        return EX_USAGE
+    port = int(argv[0])
+    host, _sep, target_port = argv[1].rpartition(':')
+    if not host or not target_port.isdigit() or not 0 < port < 65536 or not 0 < int(target_port) < 65536:
+        say('usage: glm_relay.py PORT HOST:PORT  (ports from 1 to 65535)')
+        return EX_USAGE
+    target = (host, int(target_port))
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind(('127.0.0.1', port))
+        server.listen(64)
+    except OSError as err:
+        server.close()
+        owner = listener_uid(port)
+        who = ('another program of yours (a tunnel to this deployment already open? one is enough)'
+               if owner is not None and owner == os.getuid() else 'another program (another user\'s?)')
+        other = free_port(port + 1)
+        say('127.0.0.1:%d on this login node is taken (%s; %s): nothing relayed, this ssh ends. Pick another '
+            'port: glm_relay_port=%s in the inventory (or -e to glm.serve.status, which prints the line for it)%s.'
+            % (port, err.strerror or err, who, other or 'N', ' (%d is free now)' % other if other else ''))
+        return EX_TEMPFAIL
+
+    def stop(*_args):
+        os._exit(0)
+
+    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(number, stop)
+    parent = os.getppid()
+    say('127.0.0.1:%d on %s -> %s:%d, until this ssh session ends' % (port, socket.gethostname(), host, target[1]))
+    accept = threading.Thread(target=serve, args=(server, target))
+    accept.daemon = True
+    accept.start()
+
+    # the session's input: its end is the end of the ssh session (or of the client's connection)
+    def watch_parent():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    watcher = threading.Thread(target=watch_parent)
+    watcher.daemon = True
+    watcher.start()
+    started = time.monotonic()
+    stdin = sys.stdin.fileno()
+    try:
+        while os.read(stdin, BUFFER):
+            pass
+    except OSError:
+        pass
+    if time.monotonic() - started < 0.5:
+        say('standard input closed at once: the relay lives as long as its ssh session\'s input; run the ssh line '
+            'without -n, -f or < /dev/null')
+    os._exit(0)
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
