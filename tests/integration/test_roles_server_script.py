@@ -193,7 +193,7 @@ def test_the_job_environment_wins_over_the_image(rendered):
     job's exported variables reach the container, but a value the image sets (its ENV, enroot's /etc/environment)
     takes precedence, except for the names given in --container-env. So the server's step names every variable the
     script exports for SGLang: the kernel caches, PYTHONUNBUFFERED, server_env's, the stop file with an idle timeout,
-    and NCCL's debug settings on several nodes. Live: tests/integration/test_pyxis_env.py."""
+    and NCCL's debug settings on several nodes. Live: tests/integration/test_faults.py, test_13a to test_13d."""
     assert _container_env(rendered["default"].read_text()) == ["SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "PYTHONUNBUFFERED"]
     names = _container_env(rendered["env_idle"].read_text())
     assert names == ["SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "PYTHONUNBUFFERED", "NCCL_IB_HCA", "TORCH_CUDA_ARCH_LIST",

@@ -218,3 +218,19 @@ def test_logs_shows_the_end_masked_and_follows(served):
     assert all('follow test %d' % i in follow.stdout for i in (1, 2, 3)), follow.stdout[-3000:]
     bad = run_playbook('logs.yml', dict(VARS, glm_log_job='both'), served['tmp'])
     assert bad.returncode != 0 and 'glm_log_job="both" is not valid' in bad.stdout
+
+
+def test_status_says_when_the_work_dir_has_no_relay(served):
+    """A deployment made by a release before the relay: status prints no line that would fail on the login node
+    ("can't open file"), but what to do; with the relay back, the line again."""
+    relay_file = os.path.join(login_home(), WORK, 'glm_relay.py')
+    os.rename(relay_file, relay_file + '.away')
+    try:
+        proc = run_playbook('status.yml', VARS, served['tmp'])
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert 'tunnel: no relay in %s' % relay_file in proc.stdout, proc.stdout[-3000:]
+        assert 'run glm.serve.deploy once' in proc.stdout and 'glm_relay.py 2' not in proc.stdout, proc.stdout[-3000:]
+    finally:
+        os.rename(relay_file + '.away', relay_file)
+    proc = run_playbook('status.yml', VARS, served['tmp'])
+    assert proc.returncode == 0 and 'from your machine: ssh -o ExitOnForwardFailure=yes' in proc.stdout, proc.stdout[-3000:]

@@ -33,7 +33,8 @@ def offered():
 def test_every_offered_policy_serves(servers, model_dir, tmp_path, policy):
     one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0")
                 for _server in range(2)]
-    r = Router(tmp_path, policy=policy)
+    # the health-check timeout as router.sbatch.j2 passes it (router_health_check_timeout, default 25)
+    r = Router(tmp_path, policy=policy, router_args=("--health-check-timeout-secs", "25"))
     try:
         wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
         assert r.proc.poll() is None, r.log[-3000:]

@@ -161,7 +161,9 @@ def main(argv):
     def stop(*_args):
         os._exit(0)
 
-    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+    # SIGPIPE stays ignored, as Python sets it: a client that goes away mid-answer is a BrokenPipeError in its own
+    # thread (pump), never the end of the relay, nor of the other connections through it
+    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(number, stop)
     parent = os.getppid()
     say('127.0.0.1:%d on %s -> %s:%d, until this ssh session ends' % (port, socket.gethostname(), host, target[1]))

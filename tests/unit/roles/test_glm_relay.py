@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The tunnel's relay (roles/glm/files/glm_relay.py) as the ssh line runs it: its input held open, on loopback.
+
+A client that goes away in the middle of an answer (an aborted streamed answer: the relay's next send to it fails
+with EPIPE) must cost that connection only: the relay goes on relaying, even after the operator types into the ssh
+terminal (bytes on the relay's input), and ends only when its input closes. A SIGPIPE handler that ended the relay
+made the first keystroke after such a client end the whole tunnel.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+RELAY = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'glm', 'files', 'glm_relay.py')
+
+
+def free_port():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def upstream_server():
+    """A server on loopback that answers 'pong' to 'ping', and floods a client that sends 'flood'."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(('127.0.0.1', 0))
+    server.listen(8)
+
+    def handle(conn):
+        try:
+            data = conn.recv(16)
+            if data == b'flood':
+                chunk = b'x' * 65536
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    conn.sendall(chunk)
+            else:
+                conn.sendall(b'pong')
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def accept():
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
+
+
+def connect(port, deadline=10.0):
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            return socket.create_connection(('127.0.0.1', port), timeout=5)
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+
+
+def ping(port):
+    conn = connect(port)
+    try:
+        conn.sendall(b'ping')
+        return conn.recv(16)
+    finally:
+        conn.close()
+
+
+def test_a_client_gone_mid_answer_costs_that_connection_only():
+    upstream = upstream_server()
+    port = free_port()
+    relay = subprocess.Popen([sys.executable, RELAY, str(port), '127.0.0.1:%d' % upstream.getsockname()[1]],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert ping(port) == b'pong'
+        # a client that reads a little of a long answer and goes away with unread data: a reset, then EPIPE
+        # on the relay's next send to it
+        flooded = connect(port)
+        flooded.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b'\x01\x00\x00\x00\x00\x00\x00\x00')
+        flooded.sendall(b'flood')
+        assert flooded.recv(65536)
+        flooded.close()
+        time.sleep(1.0)
+        assert relay.poll() is None, relay.communicate()
+        # the operator types into the ssh terminal: bytes on the relay's input
+        relay.stdin.write(b'\n')
+        relay.stdin.flush()
+        time.sleep(1.0)
+        assert relay.poll() is None, 'the relay ended after a client went away and a byte came on its input'
+        assert ping(port) == b'pong'
+        # its input closes (the ssh session ended): the relay ends
+        relay.stdin.close()
+        assert relay.wait(10) == 0
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()
+        upstream.close()
