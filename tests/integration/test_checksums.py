@@ -111,7 +111,7 @@ def test_a_shard_corrupted_in_transfer_is_caught_and_fetched_again_alone(case):
         checked = {}
     want = dict((p, e['lfs']['sha256'] if 'lfs' in e else e['blob_id']) for p, e in listing.items())
     got = dict((p, e.get('sha256') or e.get('git_sha1')) for p, e in (checked.get('files') or {}).items())
-    if not verified.get('at') or got != want or checked.get('commit') != record(c).get('commit'):
+    if sorted(verified.get('files') or {}) != sorted(want) or got != want or checked.get('commit') != record(c).get('commit'):
         problems.append('the completion record holds no check of every file against the Hub\'s checksums: %s %s'
                         % (record(c), checked))
     assert not problems, '\n'.join(problems)
@@ -143,6 +143,8 @@ def test_a_truncated_shard_is_caught_by_the_next_deploy_and_fetched_again_alone(
     again = fetch_log(c)[len(first):]
     if again != [SHARD5]:
         problems.append('fetched again: %s (want %s alone)' % (again, SHARD5))
+    if 'checked 1 files against the Hub' not in download_log(c):
+        problems.append('the second job hashed more than the shard fetched again (the others kept size and mtime)')
     if sha256(shard) != hub()[SHARD5]['lfs']['sha256']:
         problems.append('%s on disk is not the Hub\'s (%d bytes)' % (SHARD5, os.path.getsize(shard)))
     assert not problems, '\n'.join(problems)

@@ -16,9 +16,12 @@ present (model dir and image) and the free bytes of the filesystem that holds MO
 Verified, not only complete: the record counts only with its "verified" part, written by the download job once every
 file had the Hub's checksum (the listing MODEL_DIR/.glm-serve-listing.json, of the recorded commit). Hashing 328 GB
 is the job's, on a compute node, once per revision; here, on the login node, each listed file is only looked at
-(stat): of the listing's size, and not modified after the check (mtime at most 1 s after it, the slack hf itself
-allows its own metadata: huggingface_hub _local_folder.py at v1.28.0 L343-349). A file cut short or rewritten since
-is named, and the download job checks and fetches again only the bad files.
+(stat): of the listing's size, and with the size and mtime_ns the job recorded for it right after its hash matched
+("verified": {"files": {PATH: {"size", "mtime_ns"}}}). Compared for equality, not against a time: the compute
+node's clock and the file server's (which sets the mtime on NFS or Ceph) may differ by seconds, and the same file
+seen from two clients of one filesystem has the same stat values. A file cut short or rewritten since is named, and
+the download job hashes only the files whose size or mtime_ns is not the recorded one (weights_check.py verify)
+and fetches again only the bad ones.
 """
 
 import json
@@ -53,7 +56,7 @@ def read_record(model_dir, repo, revision):
 def verification_problems(model_dir, record):
     """(why the record's verification does not count or "", [bad files "NAME: why"])."""
     verified = record.get("verified")
-    if not isinstance(verified, dict) or not isinstance(verified.get("at"), (int, float)):
+    if not isinstance(verified, dict) or not isinstance(verified.get("files"), dict):
         return ("the weights were not checked against the Hub's checksums (the completion record of an older version "
                 "of the download job): the download job checks every file and fetches again only bad ones"), []
     path = os.path.join(model_dir, os.path.basename(str(verified.get("listing") or LISTING)))
@@ -72,10 +75,14 @@ def verification_problems(model_dir, record):
             stat = os.stat(os.path.join(model_dir, name))
         except OSError:
             continue                                        # not downloaded (--include/--exclude): the files check says
+        seen = verified["files"].get(name)
         if want.get("size") is not None and stat.st_size != want["size"]:
             bad.append("%s: %d bytes, the Hub's has %d" % (name, stat.st_size, want["size"]))
-        elif stat.st_mtime - 1 > verified["at"]:
-            bad.append("%s: modified after the checksum check" % name)
+        elif not isinstance(seen, dict):
+            bad.append("%s: not checked against the Hub's checksums" % name)
+        elif (stat.st_size, stat.st_mtime_ns) != (seen.get("size"), seen.get("mtime_ns")):
+            bad.append("%s: modified after the checksum check (%d bytes, mtime_ns %d; at the check %s, %s)" % (
+                name, stat.st_size, stat.st_mtime_ns, seen.get("size"), seen.get("mtime_ns")))
     return "", bad
 
 

@@ -51,13 +51,18 @@ def tree(tmp_path):
 
 
 def record(model, **fields):
-    """The download job's record, with its verification (at: now) and the listing it checked against: the files
-    there now, with their sizes (as download.sbatch writes them once every checksum matched)."""
+    """The download job's record, with its verification and the listing it checked against: the files there now,
+    with their sizes, and each file's size and mtime_ns as the job saw them after its hash (as download.sbatch writes
+    them once every checksum matched: weights_check.py verify). "at" is the compute node's clock (AT_SHIFT seconds
+    after the newest file's mtime unless given), which an older check compared the mtimes with."""
+    there = [p for p in model.iterdir() if p.is_file() and not p.name.startswith('.glm-serve-')]
+    at = max(p.stat().st_mtime for p in there) + fields.pop('at_shift', 1)
     data = dict(repo=REPO, revision='', commit='a' * 40, completed=1, job_id='7',
-                verified={'at': int(time.time()) + 1, 'listing': '.glm-serve-listing.json'})
+                verified={'at': int(at), 'listing': '.glm-serve-listing.json', 'commit': 'a' * 40,
+                          'files': dict((p.name, {'size': p.stat().st_size, 'mtime_ns': p.stat().st_mtime_ns})
+                                        for p in there)})
     data.update(fields)
-    files = dict((p.name, {'size': p.stat().st_size, 'sha256': '0' * 64}) for p in model.iterdir()
-                 if p.is_file() and not p.name.startswith('.glm-serve-'))
+    files = dict((p.name, {'size': p.stat().st_size, 'sha256': '0' * 64}) for p in there)
     (model / '.glm-serve-listing.json').write_text(json.dumps({'commit': 'a' * 40, 'files': files}))
     (model / '.glm-serve-complete.json').write_text(json.dumps(data))
 
@@ -84,7 +89,7 @@ def test_a_shard_cut_short_after_the_check_is_named(tree):
 
 
 def test_a_shard_rewritten_after_the_check_is_named(tree):
-    """Same size, modified after the check (its mtime more than hf's 1 s slack after it)."""
+    """Same size, modified after the check: its mtime is not the one recorded."""
     model, image = tree
     record(model)
     shard = model / SHARDS[0]
@@ -93,6 +98,40 @@ def test_a_shard_rewritten_after_the_check_is_named(tree):
     os.utime(str(shard), (later, later))
     got = state(model, image, REPO)
     assert not got['weights_complete'] and '%s: modified after the checksum check' % SHARDS[0] in got['why'], got
+
+
+def test_the_compute_nodes_clock_behind_the_file_servers_flags_nothing(tree):
+    """The job's clock (verified.at, `date` on the compute node) 5 s behind the file server's, which sets the mtime
+    on NFS or Ceph: the files written last have an mtime after "at", yet they are the ones checked (same size and
+    mtime_ns as at the check). Nothing is flagged, so no 328 GB re-hash."""
+    model, image = tree
+    record(model, at_shift=-5)
+    got = state(model, image, REPO)
+    assert got['weights_complete'] and got['unverified_count'] == 0, got
+
+
+def test_a_shard_rewritten_with_an_older_mtime_is_named(tree):
+    """Same size, rewritten after the check with an mtime BEFORE it (a copy with cp -p, rsync -t, a restore): only
+    the exact mtime_ns tells; a comparison with the time of the check does not."""
+    model, image = tree
+    record(model)
+    shard = model / SHARDS[0]
+    before = shard.stat()
+    shard.write_bytes(b'y' * 10)
+    os.utime(str(shard), ns=(before.st_atime_ns, before.st_mtime_ns - 3600 * 10 ** 9))
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and '%s: modified after the checksum check' % SHARDS[0] in got['why'], got
+
+
+def test_a_file_missing_from_the_check_is_named(tree):
+    """A listed file that is there but not in the check's files (it came after the check): not verified."""
+    model, image = tree
+    record(model)
+    data = json.loads((model / '.glm-serve-complete.json').read_text())
+    del data['verified']['files'][SHARDS[1]]
+    (model / '.glm-serve-complete.json').write_text(json.dumps(data))
+    got = state(model, image, REPO)
+    assert not got['weights_complete'] and "%s: not checked against the Hub's checksums" % SHARDS[1] in got['why'], got
 
 
 def test_files_that_look_whole_without_the_record_are_not_complete(tree):
