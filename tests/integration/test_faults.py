@@ -239,7 +239,10 @@ def warm_dir():
     record = os.path.join(path, 'GLM-5.3-Flash', '.glm-serve-complete.json')
     with open(record, 'w') as handle:
         json.dump({'repo': 'zai-org/GLM-5.3-Flash', 'revision': '', 'commit': commit, 'completed': int(time.time()),
-                   'job_id': 'warm', 'verified': {'at': int(time.time()) + 1, 'listing': '.glm-serve-listing.json'}},
+                   'job_id': 'warm', 'verified': {'listing': '.glm-serve-listing.json', 'commit': commit, 'files': dict(
+                       (n, {'size': st.st_size, 'mtime_ns': st.st_mtime_ns}) for n, st in (
+                           (e['path'], os.stat(os.path.join(path, 'GLM-5.3-Flash', e['path'])))
+                           for e in hf_standin.hub_listing('zai-org/GLM-5.3-Flash')))}},
                   handle)
     chown_login(listing)
     chown_login(record)
