@@ -462,7 +462,14 @@ def main(argv=None):
     if argv[:1] == ["models"] and list_refusal(hub_version()):
         sys.stderr.write(list_refusal(hub_version()))
         return 2
-    args = parser.parse_args(argv)
+    if argv[:1] == ["download"]:
+        # the real CLI is click (through typer), whose commands take their arguments interspersed with the options
+        # (click/core.py: Context.allow_interspersed_args defaults to True): `hf download REPO --local-dir DIR FILE...`
+        # names FILE as it would before --local-dir; argparse needs parse_intermixed_args for that
+        args = dl.parse_intermixed_args(argv[1:])
+        args.command = "download"
+    else:
+        args = parser.parse_args(argv)
     if args.command == "models" and getattr(args, "models_command", None) == "ls":
         return list_files(args)
     if args.format == "quiet":
