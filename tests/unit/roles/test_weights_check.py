@@ -127,8 +127,8 @@ def test_offline_the_listing_saved_with_the_weights_is_used(model, monkeypatch, 
     (None, 'there is none'),
     ({'repo': REPO, 'revision': 'v2', 'commit': COMMIT, 'files': {}}, 'the one saved is of %s at v2' % REPO),
 ])
-def test_offline_without_a_listing_of_that_revision_it_fails_with_the_cause_and_the_fix(model, monkeypatch, capsys,
-                                                                                         saved, words):
+def test_offline_without_a_listing_of_that_revision_it_fails_with_the_cause_and_the_fix(
+        model, monkeypatch, capsys, saved, words):
     hub_raising(monkeypatch, OfflineModeIsEnabled('offline mode is enabled'))
     path = model / '.glm-serve-listing.json'
     if saved is None:
