@@ -370,7 +370,8 @@ def compile_hints(hints):
 
 def matching_hints(hints, exc):
     """The hint texts whose pattern matches the failed job's "STATE REASON EXIT_CODE", the failure message and
-    the log tail; a hint with ``job`` applies only when that job (name or id) is the one that failed."""
+    the log tail; a hint with ``job`` applies only when that job (name or id) is the one that failed. In a hint,
+    {job_id}, {name} and {log} are the job's, and {GROUP} what the pattern's named group GROUP matched."""
     failed = getattr(exc, 'failed_job', None) or getattr(exc, 'job', None) or {}
     text = '\n'.join(['%s %s %s' % (failed.get('state') or '', failed.get('reason') or '', failed.get('exit_code') or ''),
                       exc.msg] + list(getattr(exc, 'log_tail', None) or []))
@@ -378,9 +379,12 @@ def matching_hints(hints, exc):
     for pattern, hint, job in hints:
         if job and job not in (failed.get('name'), failed.get('job_id')):
             continue
-        if pattern.search(text):
+        match = pattern.search(text)
+        if match:
             hint = hint.replace('{job_id}', str(failed.get('job_id') or '?')).replace('{name}', str(failed.get('name') or '?'))
             hint = hint.replace('{log}', str(getattr(exc, 'log_path', None) or failed.get('output_path') or '?'))
+            for group, value in match.groupdict().items():         # the pattern's named groups: {group}
+                hint = hint.replace('{%s}' % group, value if value is not None else '?')
             if hint not in found:
                 found.append(hint)
     return found

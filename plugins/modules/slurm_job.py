@@ -142,7 +142,8 @@ options:
         C(STATE REASON EXIT_CODE), the failure message or the last lines of its output file is added to the message
         (after C(What to do:)) and returned in RV(hints).
       - The failed job is the job waited for, or the job of the chain it depends on that failed.
-      - In O(hints[].hint), C({job_id}), C({name}) and C({log}) are replaced by the failed job's id, name and output file.
+      - In O(hints[].hint), C({job_id}), C({name}) and C({log}) are replaced by the failed job's id, name and output file,
+        and C({GROUP}) by what the named group GROUP of O(hints[].match) matched.
     type: list
     elements: dict
     default: []

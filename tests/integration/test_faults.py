@@ -790,6 +790,37 @@ def test_11b_every_node_bad_stops_and_says_so_and_the_next_deploy_submits_nothin
     assert proc.returncode == 0, found
 
 
+def test_11c_a_driver_older_than_the_minimum_fails_at_once_without_a_bad_node(case, warm_dir):
+    """The driver of every node (the stand-in's gpu-driver switch, 570.172.08: CUDA 12.8) is older than
+    server_gpu_min_driver (580): the same on every node of a partition, so another node would not do. The deploy
+    submits once, fails at once with the driver's own verdict and hint, and leaves no node on bad-nodes.json
+    (the healthy nodes stay usable, and a lower server_gpu_min_driver works on the next deploy)."""
+    c = case('gpudrv')
+    c.warm(warm_dir)
+    both_nodes_idle(c)
+    old = dict(FAST_SERVER, GLM_STANDIN_GPU_DRIVER='570.172.08')
+    proc, took, found = c.deploy(server_env=old)
+    assert proc.returncode != 0
+    rows = [r for r in c.jobs() if r[1] == c.serve]
+    assert len(rows) == 1, rows                                             # submitted once, not retried
+    log = read(os.path.join(c.dir, '%s-%s.out' % (c.serve, rows[0][0])))
+    assert 'gpu-check: DRIVER on node1: NVIDIA driver 570.172.08 is older than 580' in log, log[-3000:]
+    assert 'gpu-check: FAILED on' not in log and ': ok\n' not in log, log[-3000:]
+    msg = serve_failure(found)
+    assert 'the NVIDIA driver on node1 as 570.172.08; the minimum, server_gpu_min_driver, is 580' in msg, msg
+    assert '--constraint' in msg and 'administrators' in msg, msg
+    assert 'is on the bad-node list' not in msg and 'The GPU check of job' not in msg, msg      # not the node's hint
+    assert 'submitting it again' not in proc.stdout + proc.stderr
+    listed = json.loads(read(os.path.join(c.dir, 'bad-nodes.json')) or '{}')
+    assert 'node1' not in listed and 'node2' not in listed, listed
+    # a minimum lowered knowingly: the next deploy serves, on node1 (no node was excluded)
+    proc, _took, found = c.deploy(server_env=old, server_gpu_min_driver='570')
+    assert proc.returncode == 0, found or proc.stdout[-3000:]
+    rows = [r for r in c.jobs() if r[1] == c.serve]
+    assert len(rows) == 2 and rows[1][2] == 'RUNNING' and node_of(rows[1][0]) == 'node1', rows
+    print('\nold driver: the deploy failed after %.0f s, one job' % took)
+
+
 # -- 12. Pyxis's mount rules; an image save that fails ------------------------------------------------------------
 # The cluster's Pyxis stand-in follows the real rules (tests/cluster/spank/pyxis_standin.c): a container step sees
 # the home directory only when it is mounted (the site default here is off, as in enroot's shipped config), and a

@@ -185,20 +185,48 @@ def test_driver_version_as_the_real_query_prints_it():
 @pytest.mark.parametrize("driver, ok", [("570.172.08", False), ("575.64.05", False), ("580.159.04", True),
                                         ("590.44.01", True)])
 def test_a_driver_older_than_the_minimum_fails_naming_it(tmp_path, driver, ok):
+    """An old driver has its own verdict (DRIVER, status 2), which the deploy's bad-node pattern does not match: a
+    driver is the partition's, not the node's fault. No GPU line says ok on such a node."""
     proc, _took = check(8, tmp_path, GLM_STANDIN_GPU_DRIVER="node1:" + driver)
+    lines = proc.stdout.splitlines()
     if ok:
         assert proc.returncode == 0, proc.stdout
-        assert "driver %s" % driver in proc.stdout.splitlines()[0]
+        assert "driver %s" % driver in lines[0]
         return
-    assert proc.returncode == 1
+    assert proc.returncode == 2, proc.stdout
+    assert lines[-1] == ("gpu-check: DRIVER on node1: NVIDIA driver %s is older than 580, the minimum for SGLang "
+                         "0.5.21's image (CUDA 13)" % driver)
+    assert len(lines) == 9 and all(line.endswith("driver %s: DRIVER" % driver) for line in lines[:8]), lines
+
+
+@pytest.mark.parametrize("driver", ["[N/A]", "580.159.04-custom"])
+def test_a_driver_that_is_not_a_version_says_so(tmp_path, driver):
+    """nvidia-smi --help-query-gpu (captured/h200/help-query-gpu.txt:6-7): driver_version is "an alphanumeric
+    string"; an unavailable field prints [N/A] (the table's "N/A", nvidia-smi.txt:10). Not "older than 580"."""
+    proc, _took = check(8, tmp_path, GLM_STANDIN_GPU_DRIVER="node1:" + driver)
+    assert proc.returncode == 2, proc.stdout
     assert proc.stdout.splitlines()[-1] == (
-        "gpu-check: FAILED on node1: NVIDIA driver %s is older than 580, the minimum for SGLang 0.5.21's image (CUDA 13); "
-        "ask the cluster's administrators for driver 580 or later on this node (or set server_gpu_min_driver)" % driver)
+        'gpu-check: DRIVER on node1: NVIDIA driver "%s" (nvidia-smi\'s driver_version) is not a version number: cannot '
+        "tell whether it is 580 or later, the minimum for SGLang 0.5.21's image (CUDA 13)" % driver)
+    assert "older than" not in proc.stdout and ": ok" not in proc.stdout
+
+
+def test_the_driver_verdict_wins_and_names_the_other_faults(tmp_path):
+    """An old driver and a GPU fault: the driver's verdict (not retried elsewhere: every node of the partition
+    would fail alike), the GPU's fault after it; that GPU's line says BAD, the others DRIVER."""
+    proc, _took = check(8, tmp_path, GLM_STANDIN_GPU_DRIVER="570.172.08", GLM_STANDIN_GPU_ECC="node1:2")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 2
+    assert lines[-1] == ("gpu-check: DRIVER on node1: NVIDIA driver 570.172.08 is older than 580, the minimum for SGLang "
+                         "0.5.21's image (CUDA 13); GPU 2 (00000000:3A:00.0): 2 uncorrectable ECC errors (volatile)")
+    assert lines[2].endswith(": BAD") and lines[1].endswith(": DRIVER")
 
 
 def test_the_minimum_is_a_parameter(tmp_path):
     environ = dict(GLM_STANDIN_GPU_DRIVER="node1:570.172.08")
     lower, _took = check(8, tmp_path, min_driver="570.100", **environ)
     higher, _took = check(8, tmp_path, min_driver="570.172.9", **environ)
+    off, _took = check(8, tmp_path, min_driver="0", GLM_STANDIN_GPU_DRIVER="node1:[N/A]")
     assert lower.returncode == 0, lower.stdout
-    assert higher.returncode == 1 and "older than 570.172.9" in higher.stdout
+    assert higher.returncode == 2 and "older than 570.172.9" in higher.stdout
+    assert off.returncode == 0 and off.stdout.splitlines()[0].endswith("driver [N/A]: ok"), off.stdout

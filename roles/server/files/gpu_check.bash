@@ -1,13 +1,18 @@
 # glm_gpu_check WANT MIN_FREE_FRACTION [MIN_DRIVER]: check the GPUs this job got before SGLang loads the weights.
 # One nvidia-smi query of the GPUs (CSV, no units) and one of their compute processes; one line per GPU, then a
-# verdict. Fails (status 1) when nvidia-smi is missing or fails, when fewer or more than WANT GPUs are visible,
-# when the NVIDIA driver is older than MIN_DRIVER (default 580: SGLang 0.5.21's image is CUDA 13, torch 2.13 and
-# flashinfer cu13, which need driver 580 or later; versions compared number by number, field driver_version as the
-# real H200 prints it: 580.159.04), or when a GPU has less than MIN_FREE_FRACTION of its memory free, a compute
-# process, an uncorrectable volatile ECC error, or a compute mode that refuses work (Prohibited). The verdict line of
-# a failure reads
+# verdict. Fails (status 1) when nvidia-smi is missing or fails, when fewer or more than WANT GPUs are visible, or
+# when a GPU has less than MIN_FREE_FRACTION of its memory free, a compute process, an uncorrectable volatile ECC
+# error, or a compute mode that refuses work (Prohibited): the node is at fault, another may do. The verdict reads
 #   gpu-check: FAILED on NODE: CAUSE; CAUSE...
-# (the deploy reads NODE and CAUSE from it). Bash and awk only: it runs on the compute node, outside the container.
+# (the deploy reads NODE and CAUSE from it, puts the node on its bad-node list and tries another).
+# Fails with status 2 when the NVIDIA driver is older than MIN_DRIVER (default 580: SGLang 0.5.21's image is CUDA 13,
+# torch 2.13 and flashinfer cu13, which need driver 580 or later; versions compared number by number, field
+# driver_version as the real H200 prints it: 580.159.04), or is not a version number (nvidia-smi --help-query-gpu:
+# "an alphanumeric string"; "[N/A]" where it cannot be read). A driver is nearly always the same on every node of a
+# partition, so this is not the node's fault and another node would not do; the verdict has its own word
+#   gpu-check: DRIVER on NODE: NVIDIA driver VERSION is older than MIN_DRIVER...; CAUSE...
+# (any other fault of the node follows it), which the deploy neither retries nor records. MIN_DRIVER 0: no check
+# of the driver. Bash and awk only: it runs on the compute node, outside the container.
 glm_gpu_check() {
   local want=$1 min_free=$2 min_driver=${3:-580} node=${SLURMD_NODENAME:-$(hostname -s)} started=$SECONDS gpus apps fields ids
   fields=index,uuid,name,pci.bus_id,memory.total,memory.used,memory.free,ecc.errors.uncorrected.volatile.total,compute_mode,driver_version
@@ -44,7 +49,16 @@ glm_gpu_check() {
     NF >= 9 {
       n++
       idx = $1; uuid = $2; name = $3; bus = $4; total = $5 + 0; free = $7 + 0; ecc = $8; mode = $9; drv = $10
-      if (drv != "" && older(drv, min_driver)) old_driver = drv
+      # one driver per node: the same in every row
+      drv_bad = ""
+      if (min_driver != "0" && drv !~ /^[0-9]+(\.[0-9]+)*$/) drv_bad = "unreadable"
+      else if (min_driver != "0" && older(drv, min_driver)) drv_bad = "older"
+      if (drv_bad != "" && driver_cause == "") {
+        driver_cause = drv_bad == "older" ? "NVIDIA driver " drv " is older than " min_driver : \
+          "NVIDIA driver \"" drv "\" (nvidia-smi" "\047" "s driver_version) is not a version number: cannot tell whether " \
+          "it is " min_driver " or later"
+        driver_cause = driver_cause ", the minimum for SGLang 0.5.21" "\047" "s image (CUDA 13)"
+      }
       bad = ""
       if (total <= 0 || free < min * total)
         bad = bad sprintf("; %d of %d MiB free (%.0f%%, under %.0f%%: memory held by another process)", free, total,
@@ -56,15 +70,14 @@ glm_gpu_check() {
       if (mode == "Prohibited")
         bad = bad "; compute mode Prohibited"
       printf "gpu-check: %s GPU %s %s %s: %d of %d MiB free, ECC %s, %s, %s, driver %s: %s\n", node, idx, name, bus, free,
-             total, ecc, mode, (uuid in count) ? count[uuid] " process(es)" : "no process", drv, bad == "" ? "ok" : "BAD"
+             total, ecc, mode, (uuid in count) ? count[uuid] " process(es)" : "no process", drv,
+             bad != "" ? "BAD" : drv_bad != "" ? "DRIVER" : "ok"
       if (bad != "") causes = causes "; GPU " idx " (" bus "): " substr(bad, 3)
     }
     END {
-      if (old_driver != "") causes = causes "; NVIDIA driver " old_driver " is older than " min_driver ", the minimum for " \
-        "SGLang 0.5.21" "\047" "s image (CUDA 13); ask the cluster" "\047" "s administrators for driver " min_driver \
-        " or later on this node (or set server_gpu_min_driver)"
       if (n != want) causes = causes "; " n " GPU" (n == 1 ? "" : "s") " visible, the job asked for " want \
         " (a GPU missing: lost from the bus, or not given to the job)"
+      if (driver_cause != "") { print "gpu-check: DRIVER on " node ": " driver_cause causes; exit 2 }
       if (causes != "") { print "gpu-check: FAILED on " node ": " substr(causes, 3); exit 1 }
       printf "gpu-check: %s: %d GPUs ok (%ds)\n", node, n, took
     }'

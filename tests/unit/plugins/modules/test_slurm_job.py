@@ -787,7 +787,8 @@ GPU_FAIL = ('gpu-check: node1 GPU 3 NVIDIA H200 00000000:5D:00.0: 73156 of 14377
 BAD_PATTERN = r'^gpu-check: FAILED on (?P<node>\S+): (?P<cause>.*)$'
 
 
-def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1', 'node2'), retries=2, extra=(), job_nodes=None):
+def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1', 'node2'), retries=2, extra=(), job_nodes=None,
+                 pattern=BAD_PATTERN):
     """Submit with bad_nodes and wait for RUNNING; outcomes: per submission (node, state, log text)."""
     script = tmp_path / 'serve.sbatch'
     script.write_text(u'#!/bin/bash\n#SBATCH --output=%x-%j.out\necho hi\n')
@@ -820,7 +821,7 @@ def bad_node_run(run, tmp_path, monkeypatch, outcomes, bad=None, nodes=('node1',
             return 1, '', 'Slurm accounting storage is disabled\n'
         raise AssertionError('unexpected command %r' % (argv,))
     params = {'name': 'glm-serve', 'script': str(script), 'wait': True, 'wait_timeout': 60, 'sbatch_args': list(extra),
-              'bad_nodes': {'file': str(listing), 'pattern': BAD_PATTERN, 'nodes': list(nodes), 'retries': retries}}
+              'bad_nodes': {'file': str(listing), 'pattern': pattern, 'nodes': list(nodes), 'retries': retries}}
     if job_nodes is not None:
         params['bad_nodes']['job_nodes'] = job_nodes
     ok, result = run(slurm_job, params, call)
@@ -880,6 +881,56 @@ def test_old_entries_expire_and_the_users_own_exclude_is_kept(run, tmp_path, mon
                                                      nodes=('node1', 'node2', 'node3', 'node4'), extra=['-x', 'node4'])
     assert ok and '--exclude=node3,node4' in submitted[0] and '-x' not in submitted[0], submitted
     assert result['excluded_nodes'] == ['node3']
+
+
+def _role_file(*parts):
+    import yaml
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..', 'roles', 'server', *parts)) as handle:
+        return yaml.safe_load(handle)
+
+
+# The server role's own pattern (vars/main.yml) and the driver's hint (defaults/main.yml, its match and text as written).
+ROLE_PATTERN = _role_file('vars', 'main.yml')['_server_bad_node_pattern']
+DRIVER_HINT = [h for h in _role_file('defaults', 'main.yml')['server_hints'] if 'DRIVER' in h['match']][0]
+DRIVER_FAIL = ('gpu-check: node1 GPU 7 NVIDIA H200 00000000:DB:00.0: 143156 of 143771 MiB free, ECC 0, Default, no process, '
+               'driver 570.172.08: DRIVER\n'
+               "gpu-check: DRIVER on node1: NVIDIA driver 570.172.08 is older than 580, the minimum for SGLang 0.5.21's image "
+               '(CUDA 13)\n'
+               'error: the NVIDIA driver of node1 does not meet server_gpu_min_driver (580); SGLang was not started (exit 78)\n')
+
+
+@pytest.mark.parametrize('pattern', [BAD_PATTERN, ROLE_PATTERN], ids=['plain', 'role'])
+def test_the_role_pattern_finds_a_node_at_fault_as_before(run, tmp_path, monkeypatch, pattern):
+    """The role's pattern avoids a node whose GPU failed, as the plain one does (first the plain one, then the role's)."""
+    ok, result, submitted, saved, _w = bad_node_run(run, tmp_path, monkeypatch, [
+        ('node1', 'FAILED', 'x\n' + GPU_FAIL + 'error: the GPU check failed on node1\n'),
+        ('node2', 'RUNNING', 'gpu-check: node2: 8 GPUs ok (0s)\n')], pattern=pattern)
+    assert ok and len(submitted) == 2 and list(saved) == ['node1'], result
+    assert saved['node1']['cause'] == 'GPU 3 (00000000:5D:00.0): 1 compute process (pid 4242 python3 70000 MiB)'
+
+
+@pytest.mark.parametrize('log', [DRIVER_FAIL, GPU_FAIL.replace('node1', 'node2') + DRIVER_FAIL], ids=['one-node', 'mixed'])
+def test_a_driver_too_old_is_not_the_nodes_fault_no_retry_no_listing(run, tmp_path, monkeypatch, log):
+    """The GPU check's DRIVER verdict (roles/server/files/gpu_check.bash): the role's pattern does not match it, also
+    when another node of a job of several nodes printed a FAILED verdict: one submission, nothing listed."""
+    ok, result, submitted, saved, warnings = bad_node_run(run, tmp_path, monkeypatch, [('node1', 'FAILED', log)],
+                                                          pattern=ROLE_PATTERN)
+    assert not ok and len(submitted) == 1 and saved == {} and 'bad_nodes' not in result, result
+    assert not any('submitting it again' in w for w in warnings)
+    assert 'gpu-check: DRIVER on node1' in result['msg'] and 'bad-node list' not in result['msg']
+
+
+def test_the_driver_hint_names_the_node_and_the_driver_found():
+    """A hint's {GROUP}: what the pattern's named group matched (the driver found, the node)."""
+    hints = ja.compile_hints([dict(DRIVER_HINT, job='glm-serve')])
+    for driver in ('570.172.08', '"[N/A]"'):
+        exc = WaitFailed('job 5 (glm-serve) ended FAILED', job={'job_id': '5', 'name': 'glm-serve', 'state': 'FAILED'},
+                         log_tail=DRIVER_FAIL.replace('570.172.08 is older than 580', driver + ' is older').splitlines())
+        found = ja.matching_hints(hints, exc)
+        assert len(found) == 1 and found[0].startswith('nvidia-smi reports the NVIDIA driver on node1 as %s; ' % driver), found
+        assert '{' + 'driver}' not in found[0] and '--constraint=FEATURE' in found[0]
+    plain = WaitFailed('x', job={'job_id': '5', 'name': 'glm-serve', 'state': 'FAILED'}, log_tail=GPU_FAIL.splitlines())
+    assert ja.matching_hints(hints, plain) == []
 
 
 def test_a_failure_that_is_not_the_nodes_is_reported_as_it_is(run, tmp_path, monkeypatch):
