@@ -67,12 +67,27 @@ def extract_args(script_text):
     return args
 
 
+def _command_tokens(lines, number):
+    """The tokens of the command that starts on lines[number]: with the next lines joined while a quoted string is
+    open (a `bash -c '...'` script of several lines, as serve.sbatch's with an idle stop)."""
+    command = lines[number]
+    for more in lines[number + 1:] + [None]:
+        try:
+            return _tokens(command)
+        except ValueError:
+            if more is None:
+                raise
+            command += "\n" + more
+    return _tokens(command)
+
+
 def _extract_args(script_text):
     text = script_text.replace("\\\r\n", " ").replace("\\\n", " ")
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
         if MARKER not in line or line.lstrip().startswith("#"):
             continue
-        tokens = _tokens(line)
+        tokens = _command_tokens(lines, number)
         for index, token in enumerate(tokens):
             if token == MARKER:
                 return _until_shell_operator(tokens[index + 1:])
