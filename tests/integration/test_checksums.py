@@ -22,10 +22,9 @@ import json
 import os
 import sys
 
-import pytest
-
 from deploy_helpers import REPO
-from test_faults import Case, cluster_ready, fetch_log
+# case: the fault tests' fixture (a Case per tag, cleaned up after, and no job of it left)
+from test_faults import case, fetch_log  # noqa: F401  pylint: disable=unused-import
 
 sys.path.insert(0, os.path.join(REPO, 'tests', 'cluster', 'standins', 'python'))
 import hf_standin  # noqa: E402  pylint: disable=wrong-import-position
@@ -33,20 +32,6 @@ import hf_standin  # noqa: E402  pylint: disable=wrong-import-position
 MODEL = 'zai-org/GLM-5.3-Flash'
 SHARD3 = 'model-00003-of-00008.safetensors'
 SHARD5 = 'model-00005-of-00008.safetensors'
-
-
-@pytest.fixture
-def case(tmp_path):
-    cluster_ready()
-    made = []
-
-    def make(tag):
-        made.append(Case(tag, str(tmp_path)))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.cleanup()
 
 
 def hub():
