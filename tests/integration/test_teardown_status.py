@@ -91,13 +91,14 @@ def test_deploy_again_changes_nothing_and_reads_in_a_screen(env):
     tasks = TASK.findall(proc.stdout)
     # one check per role (no line per variable), one Slurm preflight, nothing written or submitted again; one look
     # for a router of an earlier deploy of replicas (a find in the work dir, no Slurm call); the tunnel's relay in the
-    # work dir (issue 23: a copy, unchanged on a second deploy)
-    assert len(tasks) <= 32, tasks
+    # work dir (issue 23: a copy, unchanged on a second deploy); the NCCL sockets look and warning of a multi-node
+    # server (issue 23, skipped on one node)
+    assert len(tasks) <= 34, tasks
     # no line per item, but the wait's one slice, which says the server is ready
     items = [line for line in proc.stdout.splitlines() if '(item=' in line]
     assert len(items) == 1 and re.match(r'^ok: \[local\] => \(item=ready: http://node\d:\d+ serves ', items[0]), items
     assert len([t for t in tasks if 'Look at the Slurm cluster' in t]) == 1, tasks
-    assert len(proc.stdout.splitlines()) <= 126, proc.stdout      # 123 + the relay's task (its header, line, blank)
+    assert len(proc.stdout.splitlines()) <= 132, proc.stdout      # 123 + 3 tasks of issue 23 (header, line, blank)
 
 
 def test_status_without_a_readable_key_file_still_shows_the_jobs(env):
