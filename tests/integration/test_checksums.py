@@ -56,7 +56,7 @@ def download_log(c):
     text = ''
     for name in sorted(os.listdir(c.dir)):
         if name.startswith(c.download + '-') and name.endswith('.out'):
-            with open(os.path.join(c.dir, name)) as handle:
+            with open(os.path.join(c.dir, name), errors='replace') as handle:
                 text += handle.read()
     return text
 

@@ -274,7 +274,7 @@ def serve_failure(found):
 
 def read(path):
     try:
-        with open(path) as handle:
+        with open(path, errors='replace') as handle:
             return handle.read()
     except (IOError, OSError):
         return ''

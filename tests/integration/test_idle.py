@@ -90,7 +90,7 @@ def test_load_in_status_a_trickle_keeps_it_alive_then_it_stops_idle(served):
     assert server_state() == 'COMPLETED', my_jobs(lambda name: name in NAMES)
     assert time.monotonic() - last_ask >= IDLE - INTERVAL   # not before it was idle that long
     job_id = my_jobs(lambda name: name == NAMES[1])[-1][0]
-    with open(os.path.join(login_home(), WORK, '%s-%s.out' % (NAMES[1], job_id))) as handle:
+    with open(os.path.join(login_home(), WORK, '%s-%s.out' % (NAMES[1], job_id)), errors='replace') as handle:
         log = handle.read()
     assert re.search(r'\[glm\.serve\] idle: no request for \d+ s \(server_idle_timeout=12s\): stopping the server', log), log[-2000:]
     assert '[glm.serve] stopped after 12s idle (server_idle_timeout); deploy again to start it' in log

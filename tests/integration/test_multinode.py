@@ -76,7 +76,7 @@ def test_one_server_over_two_nodes(env):
     # the node that is not the head serves no API (SGLang's rank > 0 runs only its schedulers and a dummy health
     # server on the port): no model list there
     assert models('http://node2:30000/v1') != 200
-    log = open(glob.glob(os.path.join(env['work'], '%s-%s.out' % (SERVE, job_id)))[0]).read()
+    log = open(glob.glob(os.path.join(env['work'], '%s-%s.out' % (SERVE, job_id)))[0], errors='replace').read()
     # the GPU check ran on both nodes before SGLang started
     checks = re.findall(r'^gpu-check: (node\d): 8 GPUs ok', log, re.M)
     assert sorted(checks) == ['node1', 'node2'], log[-3000:]
