@@ -12,6 +12,7 @@ cd "$(dirname "$0")/../.."
 out=${1:-build/docs}
 venv=${DOCS_VENV:-.venv-docs}
 python3 tests/tooling/playbook_docs.py --check
+python3 tests/tooling/guide_docs.py --check
 rm -rf "$out"
 mkdir -p "$out/rst"
 chmod og-w "$out/rst"   # antsibull-docs wants its output folder writable by itself only
