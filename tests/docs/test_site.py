@@ -28,6 +28,14 @@ PAGES = {
     'server_role.html': ('glm.serve.server role', ['server_partition', 'server_gpus', 'server_bad_node_retries']),
     'index.html': ('Glm.Serve', []),
     'docsite/playbooks.html': ('Playbooks', []),
+    # the guides (docs/*.md, written into the site by tests/tooling/guide_docs.py)
+    'docsite/guide_getting_started.html': ('Getting started', []),
+    'docsite/guide_configuration.html': ('Configuration', []),
+    'docsite/guide_operations.html': ('Operations', []),
+    'docsite/guide_security.html': ('Security', []),
+    'docsite/guide_replicas.html': ('Several replicas', []),
+    'docsite/guide_architecture.html': ('Architecture', []),
+    'docsite/guide_development.html': ('Development and testing', []),
 }
 EXTERNAL = ('http:', 'https:', 'mailto:', 'javascript:', 'data:')
 
@@ -125,6 +133,9 @@ def test_page_renders(page):
     if page == 'docsite/playbooks.html':
         for name in ('deploy', 'status', 'teardown'):
             assert 'glm.serve.%s' % name in text
+    if page == 'docsite/guide_architecture.html':
+        # the picture, inline: its labels are text of the page
+        assert 'tasks run the module' in text and 'login node: glm_relay.py' in text, '%s: no picture' % page
 
 
 @pytest.mark.parametrize('page', sorted(PAGES))

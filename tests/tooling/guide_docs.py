@@ -157,7 +157,7 @@ def main():
                     handle.write(text)
     if sys.argv[1:] == ['--check'] and stale:
         sys.exit('guide_docs: %s not what docs/*.md say: run python tests/tooling/guide_docs.py' % ', '.join(stale))
-    print('guide_docs: %d pages %s' % (len(GUIDES), 'rewritten: ' + ', '.join(stale) if stale else 'up to date'))
+    print('guide_docs: %s' % ('rewrote ' + ', '.join(stale) if stale else '%d pages up to date' % len(GUIDES)))
 
 
 if __name__ == '__main__':
