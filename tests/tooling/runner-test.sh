@@ -2,7 +2,8 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# The README's AWX recipe, run by the engine AWX and Automation Platform use, ansible-runner, on the local cluster.
+# The AWX recipe of docs/getting-started.md (Install), run by the engine AWX and Automation Platform use,
+# ansible-runner, on the local cluster.
 # A private data dir shaped like the one AWX writes for a job:
 #   project/                    the project: a folder from ansible-playbook glm.serve.init, as a user commits it,
 #                               with collections/requirements.yml naming the collection (here: its tarball)
