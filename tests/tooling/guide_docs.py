@@ -47,7 +47,7 @@ def link(page, text, url):
     text = text.replace('`', '')
     if re.match(r'[a-z]+:', url):
         return '`%s <%s>`__' % (text, url)
-    path, _, anchor = url.partition('#')
+    path, anchor = (url.split('#', 1) + [''])[:2]
     target = posixpath.splitext(path)[0] if path.endswith('.md') and '/' not in path else ''
     if not path or target in GUIDES:
         return ':ref:`%s <%s>`' % (text, label(target or page, anchor))
