@@ -496,4 +496,3 @@ class JobWaiter:
         if len(self.targets) > 1:
             result['targets'] = [self._target_result(t) for t in self.targets]
         return result
-

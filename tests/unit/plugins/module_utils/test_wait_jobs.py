@@ -38,7 +38,7 @@ def test_a_pending_child_asks_for_its_running_parent_alone_then_for_itself_every
     book.merge(job('1', 'RUNNING', name='dl'))
     book.merge(job('2', 'PENDING', reason='Dependency'))
     target = Target('2', parents=['1'])
-    assert [target.ids_to_ask(book, covered=False) for _ in range(4)] == [['1'], ['1'], ['2', '1'], ['1']]
+    assert [target.ids_to_ask(book, covered=False) for unused_round in range(4)] == [['1'], ['1'], ['2', '1'], ['1']]
     target.own_signal = True
     assert target.ids_to_ask(book, covered=False) == ['2', '1']
     assert target.ids_to_ask(book, covered=True) == ['2']       # covered: the job alone
