@@ -75,15 +75,17 @@ class RpcLog:
         return False
 
     def types(self, uid):
-        counts = {}
+        """({type: count}, [(time of day, type)]) of the RPCs of ``uid`` in the window."""
+        counts, when = {}, []
         if self.path:
             with open(self.path, 'rb') as handle:
                 handle.seek(self.offset)
                 text = handle.read().decode('utf-8', 'replace')
-            for match in re.finditer(r'Processing RPC: (\S+) from UID=(\d+)', text):
-                if int(match.group(2)) == uid:
-                    counts[match.group(1)] = counts.get(match.group(1), 0) + 1
-        return counts
+            for match in re.finditer(r'^\[\S*?T?(\d\d:\d\d:\d\d)[^\]]*\].*?Processing RPC: (\S+) from UID=(\d+)', text, re.M):
+                if int(match.group(3)) == uid:
+                    counts[match.group(2)] = counts.get(match.group(2), 0) + 1
+                    when.append((match.group(1), match.group(2).replace('REQUEST_', '')))
+        return counts, when
 
 
 def variables(download, loading):
@@ -136,7 +138,7 @@ def deploy(tree, download, loading):
             before = sdiag_user(target.LOGIN_USER)
             seconds, out, rc = playbook(tree, 'deploy.yml', extra, verbose=True)
             total = sdiag_user(target.LOGIN_USER) - before
-            types = log.types(uid)
+            types, when = log.types(uid)
     finally:
         playbook(tree, 'teardown.yml', dict(extra, glm_teardown_download=True))
         scancel_names(NAMES)
@@ -147,6 +149,8 @@ def deploy(tree, download, loading):
             'own_per_min': round(sum(own.values()) / minutes, 2), 'by_type': own,
             'per_min_by_type': dict((k, round(v / minutes, 2)) for k, v in own.items()),
             'job_side': dict((k, v) for k, v in types.items() if k in JOB_SIDE_RPCS), 'slices': slices(out),
+            'started': time.strftime('%H:%M:%S', time.localtime(time.time() - seconds)),
+            'timeline': [w for w in when if 'REQUEST_' + w[1] not in JOB_SIDE_RPCS],
             'tail': out[-3000:] if rc else ''}
 
 
@@ -160,6 +164,7 @@ def report(row):
         print('| %s | %d | %s |' % (key.replace('REQUEST_', ''), row['by_type'][key], row['per_min_by_type'][key]))
     print('jobs\' own: %s' % row['job_side'])
     print('slices of the server\'s wait (polls, seconds, phase): %s' % row['slices'])
+    print('the deploy\'s own RPCs in time (started %s): %s' % (row['started'], row['timeline']))
     if row['tail']:
         print(row['tail'])
 
