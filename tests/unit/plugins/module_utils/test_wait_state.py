@@ -13,6 +13,8 @@ __metaclass__ = type
 
 import json
 
+import pytest
+
 from ansible_collections.glm.serve.plugins.module_utils import job_waiter as jw
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils.wait_jobs import JobBook, Target
@@ -179,3 +181,42 @@ def test_a_restored_waiter_makes_its_first_round_when_it_was_due_not_at_its_star
     assert second.restore(snap)
     assert second.wait(slice_seconds=20) is None
     assert cli.poll_times() == [0, 4, 12, 28]               # nothing at the slice's start (21.5), the round at 28
+
+
+def _deploy_chain(slice_seconds, phase_every=None):
+    """The deploy the issue measured (130 s download logging every 10 s, 120 s of loading logging every 15 s, 60-s
+    cap), waited for in one piece or in slices that also end at every change of phase (every ``phase_every`` s);
+    each slice a new waiter restored from the last one's JSON snapshot, 0.7 s after it."""
+    from ansible_collections.glm.serve.tests.unit.plugins.module_utils.test_job_waiter import _growing
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (130, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (130.5, job('2', 'RUNNING', nodes='node1'))],
+    }
+    clock = WallClock()
+    cli = FakeCli(clock, timeline)
+    files = FakeFiles(clock, {'/w/job1.out': _growing(0, 131, step=10), '/w/job2.out': _growing(130.5, 400, step=15)})
+    probe = FakeProbe(clock, ready_at=255)
+    snap, slices, result = None, 0, None
+    while result is None:
+        target = jw.Target('2', parents=['1'], probe=probe,
+                           known=None if snap else job('2', 'PENDING', reason='Dependency', dependency='afterok:1'))
+        waiter = jw.JobWaiter(cli, target, policy=WaitPolicy(timeout=3600, cap=60), clock=clock, files=files)
+        if snap is not None:
+            assert waiter.restore(json.loads(json.dumps(snap)))
+        phase = (lambda: int(clock.t // phase_every)) if phase_every else None
+        result = waiter.wait(slice_seconds=slice_seconds, phase=phase)
+        slices += 1
+        if result is None:
+            snap = waiter.snapshot()
+            clock.t += 0.7
+    return slices, cli.calls
+
+
+@pytest.mark.parametrize('phase_every', [None, 20, 7])
+def test_a_slice_costs_no_query_that_the_wait_in_one_piece_would_not_make(phase_every):
+    whole_slices, whole = _deploy_chain(None)
+    slices, sliced = _deploy_chain(60, phase_every)
+    assert whole_slices == 1 and slices >= 5
+    assert [(kind, ids) for _t, kind, ids in sliced] == [(kind, ids) for _t, kind, ids in whole]
+    assert all(abs(a[0] - b[0]) <= 1.5 for a, b in zip(sliced, whole)), (sliced, whole)
