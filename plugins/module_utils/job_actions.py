@@ -603,7 +603,8 @@ def run_wait(ctx, result, target, until_gone=False, secrets=(), timeout=None, hi
     ``progress``, the line that says where the deploy stands. ``snapshot``: the last slice's, to go on from."""
     waiter = JobWaiter(ctx.cli, target, policy=policy(ctx.params, timeout), clock=ctx.clock, files=ctx.files,
                        secrets=secrets, on_event=lambda event: ctx.log('slurm_job wait: %s' % event['line']),
-                       until_gone=until_gone, cancel_dead=ctx.params.get('kill_on_invalid_dep', True) and not until_gone)
+                       until_gone=until_gone, cancel_dead=ctx.params.get('kill_on_invalid_dep', True) and not until_gone,
+                       accounting=ctx.params.get('accounting', True))
     slice_seconds = ctx.params.get('wait_slice') or None
     progress = progress_reader(ctx, waiter, secrets) if slice_seconds and not until_gone else None
     if snapshot is not None and not waiter.restore(snapshot):

@@ -4,12 +4,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Wait for Slurm jobs (and the chains of jobs they depend on) while asking slurmctld as little as possible.
 
-The waiter composes three parts (see docs/waiter.md):
+The waiter composes its parts (see docs/waiter.md):
 
 * :mod:`wait_policy`: the tuning (:class:`WaitPolicy`) and when to ask the controller next (:class:`PollSchedule`);
 * :mod:`wait_signals`: the cheap signals (output files, the server's port) that say "something changed";
-* :mod:`wait_rules`: what a job's state means (:func:`decide` over a table of rules), and :class:`WaitFailed`.
+* :mod:`wait_jobs`: the jobs waited for (:class:`Target`) and what is known of every job (:class:`JobBook`);
+* :mod:`wait_rules`: what a job's state means (:func:`decide` over a table of rules);
+* :mod:`wait_failures`: :class:`WaitFailed` and the words of each kind of failure.
 
+Each part saves itself (:mod:`wait_state`): the waiter's :meth:`JobWaiter.snapshot` is theirs, plus two fields.
 It waits for one or several :class:`Target` jobs at once (success when every one succeeds, failure at the first
 that fails), and reports what it sees through one callback, ``on_event``. The clock and the file system are
 injected, so the unit tests run whole waits of minutes in milliseconds.
@@ -23,62 +26,47 @@ import time
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+from ansible_collections.glm.serve.plugins.module_utils import wait_failures as wf
 from ansible_collections.glm.serve.plugins.module_utils import wait_rules as wr
-from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError, SystemClock
-from ansible_collections.glm.serve.plugins.module_utils.wait_policy import PollSchedule, RoundOutcome, WaitPolicy
+from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import (
+    SlurmError, SlurmTransientError, SystemClock)
+from ansible_collections.glm.serve.plugins.module_utils.wait_jobs import JobBook, Target
+from ansible_collections.glm.serve.plugins.module_utils.wait_policy import PollSchedule, RoundOutcome, SliceEnd, WaitPolicy
 from ansible_collections.glm.serve.plugins.module_utils.wait_signals import (
     LocalFiles, OutputSignals, OutputWatcher, PortSignal, Signal, read_tail)
-from ansible_collections.glm.serve.plugins.module_utils.wait_rules import (
-    STATE_MEANINGS, WaitFailed, chain_summary, describe, never_satisfiable, waiting_for_node)
+from ansible_collections.glm.serve.plugins.module_utils.wait_failures import (
+    STATE_MEANINGS, WaitFailed, chain_summary, describe, waiting_for_node)
+from ansible_collections.glm.serve.plugins.module_utils.wait_rules import never_satisfiable
 
-#: the version of :meth:`JobWaiter.snapshot`'s layout; a snapshot of another version is not resumed
-SNAPSHOT_VERSION = 1
+#: the version of :meth:`JobWaiter.snapshot`'s layout; a snapshot of another version is not resumed (the slices of
+#: one deploy run the same code: version 2, the parts' own dicts, reads no version 1 snapshot)
+SNAPSHOT_VERSION = 2
 
 __all__ = ['JobWaiter', 'Target', 'WaitPolicy', 'WaitFailed', 'OutputWatcher', 'LocalFiles', 'Signal', 'read_tail',
            'describe', 'chain_summary', 'never_satisfiable', 'waiting_for_node', 'STATE_MEANINGS']
-
-#: states in which a job's row can be refreshed by the state-only query (Slurm 23.11.5+)
-_STATE_ONLY_OK = ('RUNNING', 'COMPLETING', 'CONFIGURING')
-
-
-class Target:
-    """One job to wait for.
-
-    :param success: states that end the wait well (with ``probe``, RUNNING also needs the server to answer)
-    :param parents: job ids it depends on (more are found in its Dependency field)
-    :param probe: a ModelProbe, asked while the job runs
-    :param known: a job row already observed (the lookup just before the wait): saves the first call
-    """
-
-    def __init__(self, job_id, success=('RUNNING',), parents=(), probe=None, known=None):
-        self.job_id = str(job_id)
-        self.success = frozenset(success)
-        self.parent_ids = [str(p) for p in parents if p]
-        self.probe = probe
-        self.known = dict(known) if known else None
-        self.requeue = wr.RequeueTracker(self.known.get('restarts') if self.known else None)
-        self.port = None           # PortSignal, once the start of the wait is known
-        self.verdict = None        # the last rule's verdict (wr.WAIT, wr.PROBE, wr.SUCCESS)
-        self.skipped = 0           # rounds that asked for the parents alone
-        self.parent_changed = False
-        self.own_signal = False    # its own output file showed something: the next round asks for it
-        self.changed = False
-        self.summary = None        # the last event said of its chain
 
 
 class JobWaiter:
     """Waits for ``targets`` (a :class:`Target` or a list of them) to succeed, or, with ``until_gone``, to be gone.
 
-    :param cli: a SlurmCli (or a fake with ``show_job``, ``states``, ``poll``, ``cancel``)
+    :param cli: a SlurmCli (or a fake with ``show_job``, ``states``, ``poll``, ``cancel``; ``sacct`` optional)
     :param policy: a :class:`WaitPolicy`
     :param clock: ``now()`` and ``sleep(s)``; ``files``: ``stat`` and ``read`` (the host's by default)
     :param secrets: strings redacted from every log line the waiter reports
     :param on_event: called with each progress event ``{'elapsed': s, 'text': ..., 'line': '+1.0s ...'}``
     :param cancel_dead: cancel a job whose dependency can never be satisfied (a parent failed)
+    :param accounting: ask accounting (``cli.sacct``, slurmdbd, not slurmctld) once about a job slurmctld no longer
+        knows before calling it lost (the module's ``accounting`` option)
     """
 
+    #: the waiter's own state in a snapshot; the rest is its parts' (PARTS). ``test_wait_state`` checks that every
+    #: field of a waiter is one of these, a part, or given to the constructor (CONTEXT)
+    SAVED = ('covered', 'last_error')
+    PARTS = ('book', 'schedule', 'outputs', 'targets', 'start', 'events', 'earlier_events')
+    CONTEXT = ('cli', 'policy', 'clock', 'files', 'secrets', 'on_event', 'until_gone', 'cancel_dead', 'accounting')
+
     def __init__(self, cli, targets, policy=None, clock=None, files=None, secrets=(), on_event=None,
-                 until_gone=False, cancel_dead=False):
+                 until_gone=False, cancel_dead=False, accounting=True):
         self.cli = cli
         self.targets = list(targets) if isinstance(targets, (list, tuple)) else [targets]
         self.policy = policy or WaitPolicy()
@@ -88,8 +76,8 @@ class JobWaiter:
         self.on_event = on_event
         self.until_gone = until_gone
         self.cancel_dead = cancel_dead
-        self.jobs = {}             # job_id -> the last row seen
-        self.output_paths = {}     # job_id -> output file path (None: unknown)
+        self.accounting = accounting
+        self.book = JobBook(cli, self.files, self.secrets, on_merge=self._add_parents)
         self.outputs = OutputSignals(self.files, self.secrets, stall_after=self.policy.cap)
         self.events = []
         self.last_error = None
@@ -100,6 +88,16 @@ class JobWaiter:
         for target in self.targets:
             if target.known:
                 self.jobs[target.job_id] = dict(target.known)
+
+    @property
+    def jobs(self):
+        """job id -> the last row seen (the book's)."""
+        return self.book.jobs
+
+    @property
+    def output_paths(self):
+        """job id -> its output file (None: unknown)."""
+        return self.book.output_paths
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -114,46 +112,46 @@ class JobWaiter:
         """
         now = self.clock.now()
         if self.start is None:
-            self.start = now
-            for target in self.targets:
-                target.port = PortSignal(target.probe, self.policy.probe_interval, self.start) if target.probe else None
-            self.schedule = PollSchedule(self.policy, self._first_round())
+            self._begin(now)
         deadline = self.start + self.policy.timeout
-        schedule = self.schedule
-        slice_end = now + slice_seconds if slice_seconds else None
-        start_phase = phase() if phase else None
-        phase_at = now + phase_every
+        cut = SliceEnd(now, slice_seconds, phase, phase_every)
         while not self._all_succeeded():
-            now = self.clock.now()
-            if schedule.due(now):
-                outcome = self._round()
-                now = self.clock.now()
-                self._decide_all()
-                if self._all_succeeded():
-                    break
-                outcome.covered = self.covered = self._covered(now)
-                schedule.done(now, outcome)
-            if self._look_at_signals():
-                schedule.signal(self.clock.now())
-            if self._all_succeeded():
+            if not self._step(deadline):
                 break
             now = self.clock.now()
-            if now >= deadline:
-                if self._last_round(schedule, now):
-                    break
-                self._fail_timeout()
-            if slice_end is not None:
-                if now >= slice_end:
-                    return None
-                if phase and now >= phase_at:
-                    phase_at = now + phase_every
-                    if phase() != start_phase:
-                        return None
-            wake = schedule.wake(now, deadline, self._wake_times(now))
-            if slice_end is not None:
-                wake = min(wake, slice_end, phase_at if phase else slice_end)
-            self.clock.sleep(max(0.0, wake - now))
+            if cut.over(now):
+                return None
+            self.clock.sleep(max(0.0, cut.wake(self.schedule.wake(now, deadline, self._wake_times(now))) - now))
         return self._result()
+
+    def _begin(self, now):
+        self.start = now
+        for target in self.targets:
+            target.port = PortSignal(target.probe, self.policy.probe_interval, self.start) if target.probe else None
+        self.schedule = PollSchedule(self.policy, self._first_round())
+
+    def _step(self, deadline):
+        """A round if one is due, then the cheap signals, then the deadline. False when every target succeeded."""
+        schedule = self.schedule
+        now = self.clock.now()
+        if schedule.due(now):
+            outcome = self._round()
+            now = self.clock.now()
+            self._decide_all()
+            if self._all_succeeded():
+                return False
+            outcome.covered = self.covered = self._covered(now)
+            schedule.done(now, outcome)
+        if self._look_at_signals():
+            schedule.signal(self.clock.now())
+        if self._all_succeeded():
+            return False
+        now = self.clock.now()
+        if now >= deadline:
+            if self._last_round(schedule, now):
+                return False
+            self._fail_timeout()
+        return True
 
     # -- cutting a wait into slices --------------------------------------------------------------
 
@@ -162,84 +160,41 @@ class JobWaiter:
         return wall() if wall else time.time()
 
     def snapshot(self):
-        """All the wait knows, as plain data (JSON): the rows, the schedule, the output files' positions, the
-        ports' last answers. Times are kept relative to the wall clock, so another process can go on."""
+        """All the wait knows, as plain data (JSON): the parts' own dicts (the rows, the schedule, the output files,
+        each target with its port and requeue tracker) and the waiter's SAVED fields. Times are relative to the
+        wall clock, so another process can go on."""
         now = self.clock.now()
-
-        def rel(value):
-            return None if value is None else round(value - now, 3)
-
-        schedule = self.schedule
         return {
             'version': SNAPSHOT_VERSION,
             'wall': self._wall(),
             'elapsed': round(now - self.start, 3),
-            'schedule': {'interval': schedule.interval, 'gap': schedule.gap, 'next_round': rel(schedule.next_round),
-                         'trigger_at': rel(schedule.trigger_at), 'last_round': rel(schedule.last_round)},
-            'covered': self.covered,
-            'last_error': self.last_error,
+            'waiter': dict((key, getattr(self, key)) for key in self.SAVED),
             'events': self.recent_events(20),
-            'jobs': self.jobs,
-            'output_paths': self.output_paths,
-            'watchers': dict((job_id, {'path': w.path, 'state': list(w.state) if w.state else None, 'offset': w.offset,
-                                       'appeared': w.appeared, 'grew_at': rel(w.grew_at),
-                                       'stall_reported': w.stall_reported, 'partial': w.partial})
-                             for job_id, w in self.outputs.watchers.items()),
-            'targets': [{
-                'job_id': t.job_id, 'parent_ids': t.parent_ids, 'verdict': t.verdict, 'skipped': t.skipped,
-                'parent_changed': t.parent_changed, 'own_signal': t.own_signal, 'summary': t.summary,
-                'requeue': {'ran': t.requeue.ran, 'restarts': t.requeue.restarts},
-                'port': None if t.port is None else {
-                    'next_check': rel(t.port.next_check), 'endpoint': t.port.endpoint,
-                    'last': None if t.port.last is None else {
-                        'status': t.port.last.status, 'detail': t.port.last.detail, 'answered': t.port.last.answered}},
-            } for t in self.targets],
+            'book': self.book.to_dict(now),
+            'schedule': self.schedule.to_dict(now),
+            'outputs': self.outputs.to_dict(now),
+            'targets': [t.to_dict(now) for t in self.targets],
         }
 
     def restore(self, snap):
         """Go on from a :meth:`snapshot` (of a waiter for the same targets). False, changing nothing, when the
-        snapshot does not fit (another version, other jobs): the wait then starts afresh."""
+        snapshot does not fit (another version, other jobs): the wait then starts afresh. The schedule comes back
+        with its times: the first round of the restored wait comes when the last slice's was due, not at once."""
         if not isinstance(snap, dict) or snap.get('version') != SNAPSHOT_VERSION or \
                 [t.get('job_id') for t in snap.get('targets') or []] != [t.job_id for t in self.targets]:
             return False
         now = self.clock.now()
         base = now - max(0.0, self._wall() - float(snap['wall']))
-
-        def at(value):
-            return None if value is None else base + float(value)
-
         self.start = base - float(snap['elapsed'])
-        sched = snap['schedule']
-        self.schedule = PollSchedule(self.policy, at(sched['next_round']))
-        self.schedule.interval, self.schedule.gap = sched['interval'], sched['gap']
-        self.schedule.trigger_at, self.schedule.last_round = at(sched['trigger_at']), at(sched['last_round'])
-        self.covered = snap['covered']
-        self.last_error = snap['last_error']
+        for key in self.SAVED:
+            setattr(self, key, snap['waiter'][key])
         self.earlier_events = list(snap.get('events') or [])
-        self.jobs = dict(snap['jobs'])
-        self.output_paths = dict(snap['output_paths'])
-        for job_id, saved in snap['watchers'].items():
-            watcher = self.outputs.watch(job_id, saved['path'])
-            watcher.state = tuple(saved['state']) if saved['state'] else None
-            watcher.offset = saved['offset']
-            watcher.appeared = saved['appeared']
-            watcher.grew_at = at(saved['grew_at'])
-            watcher.stall_reported = saved['stall_reported']
-            watcher.partial = saved.get('partial') or ''
+        self.book.from_dict(snap['book'], base)
+        self.schedule = PollSchedule(self.policy, None).from_dict(snap['schedule'], base)
+        self.outputs.from_dict(snap['outputs'], base)
         for target, saved in zip(self.targets, snap['targets']):
-            target.parent_ids = list(saved['parent_ids'])
-            target.verdict, target.skipped, target.summary = saved['verdict'], saved['skipped'], saved['summary']
-            target.parent_changed, target.own_signal = saved['parent_changed'], saved['own_signal']
-            target.requeue.ran, target.requeue.restarts = saved['requeue']['ran'], saved['requeue']['restarts']
-            target.known = None
-            if target.probe is not None:
-                port = target.port = PortSignal(target.probe, self.policy.probe_interval, self.start)
-                if saved['port']:
-                    port.next_check = at(saved['port']['next_check'])
-                    port.endpoint = saved['port']['endpoint']
-                    last = saved['port']['last']
-                    if last:
-                        port.last = mp.ProbeResult(last['status'], last['detail'], last['answered'])
+            target.port = PortSignal(target.probe, self.policy.probe_interval, self.start) if target.probe else None
+            target.from_dict(saved, base)
         return True
 
     def _first_round(self):
@@ -315,15 +270,13 @@ class JobWaiter:
                 self._event(summary)
             target.summary = summary
 
-    # -- what is known of the jobs ---------------------------------------------------------------
+    # -- what is known of the jobs (the book) ----------------------------------------------------
 
     def chain(self, target=None):
-        target = target or self.targets[0]
-        ids = [p for p in target.parent_ids if p in self.jobs] + [target.job_id]
-        return [self.jobs.get(i) or {'job_id': i, 'name': None, 'state': None} for i in ids]
+        return self.book.chain(target or self.targets[0])
 
-    def _state(self, job_id):
-        return (self.jobs.get(job_id) or {}).get('state')
+    def tail(self, job_id):
+        return self.book.tail(job_id)
 
     def _add_parents(self, job):
         target = self._target(job['job_id'])
@@ -340,37 +293,9 @@ class JobWaiter:
                 return target
         return None
 
-    def _merge(self, job):
-        merged = dict(self.jobs.get(job['job_id']) or {})
-        for key, value in job.items():
-            if value is not None or key in ('reason', 'nodes'):
-                merged[key] = value
-        self.jobs[job['job_id']] = merged
-        self._add_parents(merged)
-        return merged
-
-    def _output_path(self, job_id):
-        """The job's stdout path: from scontrol once, expanded if Slurm shows the raw pattern. Cached."""
-        if job_id not in self.output_paths:
-            job = self.jobs.get(job_id) or {}
-            path = job.get('output_path')
-            if path is None:
-                shown = self.cli.show_job(job_id)
-                if shown:
-                    job = self._merge(shown)
-                    path = shown.get('output_path')
-            if path and '%' in path:
-                path = sp.expand_output_pattern(path, job_id, job.get('name'), job.get('user'), job.get('work_dir'))
-            self.output_paths[job_id] = path
-        return self.output_paths[job_id]
-
     def _watch(self, job_id):
         if not self.outputs.watching(job_id):
-            self.outputs.watch(job_id, self._output_path(job_id))
-
-    def tail(self, job_id):
-        return read_tail(self.output_paths.get(job_id) or (self.jobs.get(job_id) or {}).get('output_path'),
-                         self.files, secrets=self.secrets)
+            self.outputs.watch(job_id, self.book.output_path(job_id))
 
     # -- a round of controller calls -------------------------------------------------------------
 
@@ -385,68 +310,58 @@ class JobWaiter:
             self._event('controller call failed, retrying: %s' % exc.msg)
             return RoundOutcome()
 
-    def _ids_to_ask(self, target):
-        """A job PENDING on a running parent changes only after that parent ends: ask for the parents alone, and
-        for the job every third round (someone may cancel or hold it), once a parent changed or its file spoke.
-        While the signals cover the wait (the parents' outputs grow), ask for the job alone."""
-        parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
-        job = self.jobs.get(target.job_id) or {}
-        alone = parents and job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY \
-            and target.skipped < 2 and not target.parent_changed and not target.own_signal
-        target.skipped = target.skipped + 1 if alone else 0
-        target.parent_changed = target.own_signal = False
-        if self.covered and job.get('state') == 'PENDING':
-            # the parents' outputs show them alive and their ends show in the job's own file: the job alone tells
-            # whether it was cancelled or can no longer run (DependencyNeverSatisfied)
-            return [target.job_id]
-        return parents if alone else [target.job_id] + parents
-
     def _observe(self):
         """Known ids are read with one ``scontrol --local show job`` each (1 RPC, all details), or, on Slurm 23.11.5+
         when every one of them runs, with one ``squeue --only-job-state`` call; a job whose state changed is then
         read in detail."""
-        before = dict((i, (j.get('state'), j.get('reason'))) for i, j in self.jobs.items())
+        before = self.book.states()
         open_targets = self._open()
         ids = []
         for target in open_targets:
-            ids += [i for i in self._ids_to_ask(target) if i not in ids]
-        detail = ids
-        if all(self._state(i) in _STATE_ONLY_OK and 'output_path' in self.jobs[i] for i in ids):
-            rows = self.cli.states(ids)
-            if rows is not None:
-                by_id = dict((r['job_id'], r) for r in rows)
-                detail = [i for i in ids if i not in by_id or by_id[i]['state'] != self._state(i)]
-        seen = set()
-        for row in self.cli.poll(detail) if detail else []:
-            seen.add(row['job_id'])
-            self._merge(row)
+            ids += [i for i in target.ids_to_ask(self.book, self.covered) if i not in ids]
+        detail, seen = self.book.refresh(ids)
         for target in open_targets:
             if target.job_id in detail and target.job_id not in seen:
                 self._gone(target)
-        after = dict((i, (j.get('state'), j.get('reason'))) for i, j in self.jobs.items())
+        outcome = self._outcome(open_targets, before, self.book.states())
+        self._event_chains()
+        if not self.until_gone:
+            for target in open_targets:
+                for jid in [target.job_id] + target.parent_ids:
+                    if jid in self.jobs and (self.book.state(jid) not in sp.TERMINAL_STATES or jid == target.job_id):
+                        self._watch(jid)
+        return outcome
+
+    def _outcome(self, open_targets, before, after):
+        """What the round saw, for the schedule (and each target's ``changed``/``parent_changed``)."""
         outcome = RoundOutcome(changed=after != before)
         for target in open_targets:
             target.parent_changed = any(before.get(p) != after.get(p) for p in target.parent_ids if p in before)
             target.changed = before.get(target.job_id) != after.get(target.job_id)
             if target.changed:
                 outcome.target_changed = True
-                outcome.target_running = self._state(target.job_id) == 'RUNNING'
-            if target.parent_changed and any(self._state(p) in sp.TERMINAL_STATES for p in target.parent_ids):
+                outcome.target_running = self.book.state(target.job_id) == 'RUNNING'
+            if target.parent_changed and any(self.book.state(p) in sp.TERMINAL_STATES for p in target.parent_ids):
                 outcome.parent_ended = True
-        self._event_chains()
-        if not self.until_gone:
-            for target in open_targets:
-                for jid in [target.job_id] + target.parent_ids:
-                    if jid in self.jobs and (self._state(jid) not in sp.TERMINAL_STATES or jid == target.job_id):
-                        self._watch(jid)
         return outcome
 
     def _gone(self, target):
+        """slurmctld no longer knows the job: gone (a teardown's success), else its end from accounting, asked once
+        (it ended and was purged between two rounds), else lost."""
+        job = self.jobs.get(target.job_id)
         if self.until_gone:
-            job = self.jobs.get(target.job_id)
             self.jobs[target.job_id] = dict(job or {'job_id': target.job_id, 'name': None}, state='PURGED')
             return
-        self._fail_gone(target)
+        final = None
+        if self.accounting and not target.accounted:
+            target.accounted = True   # asked once: a job accounting does not know yet is lost at the next round
+            final = self.book.accounted(target.job_id)
+        if final is not None:
+            self._event('job %s is no longer known to slurmctld; accounting says %s' % (target.job_id, describe(final)))
+            self.book.merge(final)
+            return
+        raise wf.gone(target.job_id, job, self.chain(target), self.tail(target.job_id),
+                      self.output_paths.get(target.job_id))
 
     # -- deciding --------------------------------------------------------------------------------
 
@@ -460,7 +375,7 @@ class JobWaiter:
         job = self.jobs[target.job_id]
         requeued = False if self.until_gone else target.requeue.requeued(job)
         if job.get('state') in sp.FAILED_STATES and not self.until_gone:
-            self._learn_parents(target)   # a job Slurm cancelled because a parent failed: name that parent
+            self.book.learn(target.parent_ids)   # a job Slurm cancelled because a parent failed: name that parent
         view = wr.JobView(job, [self.jobs[p] for p in target.parent_ids if p in self.jobs], target.success,
                           self.until_gone, target.probe is not None, requeued)
         rule = wr.decide(view)
@@ -468,40 +383,14 @@ class JobWaiter:
             if rule.kind == wr.DEPENDENCY:
                 self._fail_dependency(target, job, view.dead_parent)
             if rule.kind == wr.REQUEUED:
-                self._fail_requeued(target, job)
+                raise wf.requeued(job, self.chain(target), self.tail(target.job_id), self.book.output_path(target.job_id))
             self._fail_ended(target, job)
         target.verdict = rule.verdict
 
-    def _learn_parents(self, target):
-        for pid in target.parent_ids:
-            if not self._state(pid):
-                shown = self.cli.show_job(pid)
-                if shown:
-                    self._merge(shown)
-
     def _covered(self, now):
-        """True when the cheap signals cover every event of each open target but a silent death, and the output
-        files show the jobs alive (a silent death stops the output: a STALLED signal within ``cap``):
-
-        * a server starting (probe verdict) whose output grows: its answer, its errors and its end all show;
-        * a job PENDING on running parents whose outputs grow: a parent's end shows as the job's output file
-          appearing (or as an error line). The job's own cancellation while it waits has no signal: it is seen
-          at the backstop round.
-        """
+        """True when the cheap signals cover every event of each open target but a silent death (JobBook.covered)."""
         targets = self._open()
-        if self.until_gone or not targets:
-            return False
-        for target in targets:
-            job = self.jobs.get(target.job_id) or {}
-            if target.verdict == wr.PROBE:
-                if not self.outputs.alive(target.job_id, now):
-                    return False
-                continue
-            parents = [p for p in target.parent_ids if self._state(p) not in sp.TERMINAL_STATES]
-            if not (job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY and parents and
-                    all(self._state(p) == 'RUNNING' and self.outputs.alive(p, now) for p in parents)):
-                return False
-        return True
+        return not self.until_gone and bool(targets) and self.book.covered(targets, self.outputs.alive, now)
 
     # -- cheap signals ---------------------------------------------------------------------------
 
@@ -513,19 +402,25 @@ class JobWaiter:
         for target in self._open():
             if target.job_id not in self.jobs:
                 continue
-            ids = [i for i in [target.job_id] + target.parent_ids if self._state(i) not in sp.TERMINAL_STATES]
-            for signal in self.outputs.check(ids, self.clock.now()):
-                if signal.job_id != target.job_id and signal.kind == Signal.APPEARED:
-                    continue  # a parent's start says nothing new about the job (its end does, in its own file)
-                if signal.kind == Signal.STALLED and (not self.covered or (
-                        signal.job_id != target.job_id and self._state(target.job_id) != 'PENDING')):
-                    continue  # without the backstop the ramp asks soon enough; a parent of a started job is done
-                self._event(signal.text)
-                wanted = True
-                if signal.job_id == target.job_id:
-                    target.own_signal = True
+            wanted = self._look_at_outputs(target) or wanted
             if target.verdict == wr.PROBE and target.port.due(self.clock.now()):
                 wanted = self._ask_port(target) or wanted
+        return wanted
+
+    def _look_at_outputs(self, target):
+        """The output files of the target and its live parents; True when they ask for a round of calls."""
+        wanted = False
+        ids = [i for i in [target.job_id] + target.parent_ids if self.book.state(i) not in sp.TERMINAL_STATES]
+        for signal in self.outputs.check(ids, self.clock.now()):
+            if signal.job_id != target.job_id and signal.kind == Signal.APPEARED:
+                continue  # a parent's start says nothing new about the job (its end does, in its own file)
+            if signal.kind == Signal.STALLED and (not self.covered or (
+                    signal.job_id != target.job_id and self.book.state(target.job_id) != 'PENDING')):
+                continue  # without the backstop the ramp asks soon enough; a parent of a started job is done
+            self._event(signal.text)
+            wanted = True
+            if signal.job_id == target.job_id:
+                target.own_signal = True
         return wanted
 
     def _ask_port(self, target):
@@ -541,29 +436,16 @@ class JobWaiter:
         if result.status == mp.READY:
             target.verdict = wr.SUCCESS
         elif result.status in (mp.UNAUTHORIZED, mp.WRONG_MODEL):
-            self._fail_probe(target, job, result)
+            raise wf.probe_refused(port.endpoint, target.probe, result, job, self.chain(target))
         return port.lost
 
-    # -- failures --------------------------------------------------------------------------------
+    # -- failures (their words: wait_failures) ---------------------------------------------------
 
     def _fail_ended(self, target, job):
-        path = self._output_path(target.job_id)
-        state = job.get('state')
-        if state == 'COMPLETED':
-            want = '/'.join(sorted(target.success))
-            summary = 'job %s (%s) COMPLETED (exit code %s) before reaching %s' % (
-                job['job_id'], job.get('name'), job.get('exit_code') or '0:0', want)
-            reason = 'the job ended before reaching %s; add COMPLETED to wait_condition if a finished job is what ' \
-                     'you wait for' % want
-        else:
-            summary = 'job %s (%s) ended %s (reason %s, exit code %s)' % (
-                job['job_id'], job.get('name'), state, job.get('reason') or 'none', job.get('exit_code') or 'unknown')
-            reason = STATE_MEANINGS.get(state)
-        notes = []
-        if target.port is not None and target.port.endpoint:
-            notes.append('The server at %s had not answered %s' % (target.port.endpoint, target.probe.path))
-        raise WaitFailed(summary, kind=wr.ENDED, reason=reason, notes=notes, job=job, chain=self.chain(target),
-                         log_tail=self.tail(target.job_id), log_path=path)
+        path = self.book.output_path(target.job_id)
+        endpoint = target.port.endpoint if target.port is not None else None
+        raise wf.ended(job, target.success, self.chain(target), self.tail(target.job_id), path, endpoint=endpoint,
+                       probe_path=target.probe.path if endpoint else None)
 
     def _fail_dependency(self, target, job, parent):
         parent_id = parent.get('job_id')
@@ -571,88 +453,29 @@ class JobWaiter:
         if parent_id and (parent.get('state') not in sp.TERMINAL_STATES or 'exit_code' not in parent):
             shown = self.cli.show_job(parent_id)
             if shown:
-                parent = self._merge(shown)
-        path = self._output_path(parent_id) if parent_id else None
-        cancelled = []
-        if job.get('state') == 'CANCELLED':
-            how = 'Slurm cancelled it (kill_on_invalid_dep)'
-        elif self.cancel_dead:
-            # Slurm would keep it PENDING (DependencyNeverSatisfied) forever where the site lacks kill_invalid_depend
-            # and the sbatch flag did not apply: it would hold its place in the queue for nothing.
-            try:
-                self.cli.cancel([job['job_id']])
-                cancelled.append(job['job_id'])
-                how = 'so it was cancelled (scancel %s), since it could never run' % job['job_id']
-            except SlurmError as exc:
-                how = 'it stays PENDING (DependencyNeverSatisfied) and cancelling it failed (%s): run scancel %s' % (
-                    exc.msg, job['job_id'])
-        else:
-            how = 'it stays PENDING (DependencyNeverSatisfied) until cancelled: run scancel %s' % job['job_id']
-        state = parent.get('state')
-        reason = 'its dependency %s failed: %s, exit code %s%s; %s' % (
-            job.get('dependency') or '?', describe(parent) if state else 'job %s (purged)' % parent_id,
-            parent.get('exit_code') or 'unknown', ' (%s)' % STATE_MEANINGS[state] if state in STATE_MEANINGS else '', how)
-        raise WaitFailed('job %s (%s) can never start' % (job['job_id'], job.get('name')), kind=wr.DEPENDENCY,
-                         reason=reason, job=job, chain=self.chain(target), failed_job=parent, cancelled=cancelled,
-                         log_tail=read_tail(path, self.files, secrets=self.secrets) if path else [], log_path=path)
+                parent = self.book.merge(shown)
+        path = self.book.output_path(parent_id) if parent_id else None
+        cancelled, error = self._cancel_dead(job)
+        raise wf.dependency(job, parent, self.chain(target), read_tail(path, self.files, secrets=self.secrets) if path else [],
+                            path, cancelled=cancelled, cancel_error=error)
 
-    def _fail_requeued(self, target, job):
-        summary = 'job %s (%s) was requeued by Slurm after it had started (now %s, restarts %s)' % (
-            job['job_id'], job.get('name'), describe(job), job.get('restarts') or '?')
-        reason = 'its node failed or an administrator requeued it, so what it ran is gone. Slurm holds a requeued job ' \
-                 'until a begin time some 2 min ahead, then starts it again on a free node; run deploy again to adopt ' \
-                 'it and start it at once (its begin time is set to now), or cancel it with scancel %s' % job['job_id']
-        raise WaitFailed(summary, kind=wr.REQUEUED, reason=reason, job=job, chain=self.chain(target),
-                         log_tail=self.tail(target.job_id), log_path=self._output_path(target.job_id))
-
-    def _fail_gone(self, target):
-        job = self.jobs.get(target.job_id)
-        if job and job.get('state'):
-            summary = 'job %s (%s), last seen %s, is no longer known to Slurm' % (target.job_id, job.get('name'), job.get('state'))
-            reason = 'it ended and was purged from the controller'
-        else:
-            summary = 'job %s is no longer known to Slurm (squeue -t all and scontrol show job: Invalid job id specified)' % (
-                target.job_id)
-            reason = 'it ended more than MinJobAge ago and was purged, so its final state is unknown'
-        raise WaitFailed(summary, kind=wr.PURGED, reason=reason, job=job or {'job_id': target.job_id},
-                         chain=self.chain(target), log_tail=self.tail(target.job_id),
-                         log_path=self.output_paths.get(target.job_id), tail_style='ends')
-
-    def _fail_probe(self, target, job, result):
-        endpoint, path = target.port.endpoint, target.probe.path
-        if result.status == mp.UNAUTHORIZED:
-            raise WaitFailed('the server at %s answered %s with %s' % (endpoint, path, result.detail), kind=wr.UNAUTHORIZED,
-                             reason='the server runs with another key than %s: restart the server job (deploy with '
-                                    'rotation) or fix the key file' % target.probe.key_file, job=job, chain=self.chain(target))
-        raise WaitFailed('the server at %s %s' % (endpoint, result.detail), kind=wr.WRONG_MODEL,
-                         reason='check the served model name of the server job', job=job, chain=self.chain(target))
+    def _cancel_dead(self, job):
+        """Cancel a child that can never start (with ``cancel_dead``, unless Slurm did): (ids cancelled, error)."""
+        if job.get('state') == 'CANCELLED' or not self.cancel_dead:
+            return [], None
+        try:
+            self.cli.cancel([job['job_id']])
+        except SlurmError as exc:
+            return [], exc.msg
+        return [job['job_id']], None
 
     def _fail_timeout(self):
         target = self._open()[0]
         job = self.jobs.get(target.job_id) or {'job_id': target.job_id}
         want = 'gone' if self.until_gone else '/'.join(sorted(target.success))
-        summary = 'timed out after %ds waiting for job %s (%s) to be %s; last seen: %s' % (
-            self.policy.timeout, target.job_id, job.get('name'), want, chain_summary(self.chain(target)))
-        notes = []
-        state, partition = job.get('state'), job.get('partition')
-        if waiting_for_node(job):
-            notes.append('The job is waiting for a free node (PENDING %s): no node of partition %s that fits the job is '
-                         'free; `sinfo -p %s` shows the nodes, `squeue -p %s` who uses them. The job stays queued and '
-                         'starts when a node frees (wait again to adopt it); cancel it with `scancel %s` if you do not '
-                         'want it' % (job.get('reason'), partition, partition, partition, target.job_id))
-        elif state == 'PENDING' and job.get('reason') == sp.DEPENDENCY:
-            running = [describe(p) for p in self.chain(target)[:-1] if p.get('state') not in sp.TERMINAL_STATES]
-            if running:
-                notes.append('It waits for its dependency: %s' % '; '.join(running))
-        port = target.port
-        if port is not None and state == 'RUNNING' and port.last is not None:
-            notes.append('The job runs but %s%s did not list %s; last answer: %s' % (
-                port.endpoint, target.probe.path, target.probe.model, port.last.detail))
-        if self.last_error is not None:
-            notes.append('The last controller call failed: %s' % self.last_error)
-        raise WaitFailed(summary, kind=wr.TIMEOUT, notes=notes, job=job, chain=self.chain(target), timed_out=True,
-                         log_tail=self.tail(target.job_id) if state == 'RUNNING' else [],
-                         log_path=self.output_paths.get(target.job_id), tail_style=None)
+        raise wf.timed_out(self.policy.timeout, want, job, self.chain(target), self.tail(target.job_id),
+                           self.output_paths.get(target.job_id), port=target.port, probe=target.probe,
+                           last_error=self.last_error)
 
     # -- the result ------------------------------------------------------------------------------
 

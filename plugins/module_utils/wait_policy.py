@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.glm.serve.plugins.module_utils.wait_state import Saved
+
 
 class WaitPolicy:
     """The waiter's tuning, one value.
@@ -61,7 +63,7 @@ class RoundOutcome:
         self.covered = covered
 
 
-class PollSchedule:
+class PollSchedule(Saved):
     """The backoff ramp of the controller calls, and the earlier calls that cheap signals ask for.
 
     * With nothing new, the pause doubles from ``base`` up to ``cap``.
@@ -72,7 +74,13 @@ class PollSchedule:
       (up to ``cap``) while signals keep coming without any change, so a chatty log cannot flood the controller.
     * While the signals cover every event (``covered``), the next round is a ``backstop`` away; the ramp is kept
       for when they no longer do.
+
+    It saves itself (:class:`wait_state.Saved`): a slice restored from it makes its first round when this one's
+    was due, not at its start.
     """
+
+    CONTEXT = ('policy',)
+    TIMES = ('next_round', 'trigger_at', 'last_round')
 
     def __init__(self, policy, first_round):
         self.policy = policy
@@ -103,9 +111,9 @@ class PollSchedule:
         elif outcome.changed:
             self.gap = policy.min_gap
         elif self.triggered:
-            self.gap = min(self.gap * 2, policy.cap)
+            self.gap = self.backoff(self.gap)
         else:
-            self.interval = min(self.interval * 2, policy.cap)
+            self.interval = self.backoff(self.interval)
         if outcome.parent_ended:
             self.next_round = now + policy.min_gap
         elif outcome.covered:
@@ -115,9 +123,41 @@ class PollSchedule:
         self.trigger_at = None
         self.last_round = now
 
+    def backoff(self, pause):
+        """The next pause of a ramp with nothing new: doubled, at most ``cap`` (the waiter's one backoff rule)."""
+        return min(pause * 2, self.policy.cap)
+
     def wake(self, now, deadline, other=()):
         """When the loop should look again: the next round, a pending trigger, the deadline or ``other`` times."""
         times = [self.next_round, deadline] + [t for t in other if t is not None]
         if self.trigger_at is not None:
             times.append(self.trigger_at)
         return min(times)
+
+
+class SliceEnd:
+    """Where a slice of a wait ends: after ``seconds`` (None: never), or when ``phase()`` (asked every ``every``
+    seconds) changes."""
+
+    def __init__(self, now, seconds, phase, every):
+        self.end = now + seconds if seconds else None
+        self.phase = phase if self.end is not None else None
+        self.start_phase = phase() if phase else None
+        self.every = every
+        self.phase_at = now + every
+
+    def over(self, now):
+        if self.end is None:
+            return False
+        if now >= self.end:
+            return True
+        if self.phase and now >= self.phase_at:
+            self.phase_at = now + self.every
+            return self.phase() != self.start_phase
+        return False
+
+    def wake(self, wake):
+        """The loop's next wake-up ``wake``, brought forward to the slice's end or its next look at the phase."""
+        if self.end is None:
+            return wake
+        return min(wake, self.end, self.phase_at if self.phase else self.end)

@@ -2,15 +2,15 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a job's state means for a wait: the rules (as data), and failures (as data, rendered once).
+"""What a job's state means for a wait: the rules (as data).
 
 :func:`decide` walks :data:`RULES` in order; the first rule whose predicate holds for the job's
 :class:`JobView` gives the verdict: go on waiting, success, probe the server, or fail with a kind of failure.
 The predicates are pure: the view holds everything they read. Carrying out a verdict (reading a log tail,
 cancelling a child that can never run) is the waiter's business.
 
-:class:`WaitFailed` carries the failure's parts as fields (kind, summary, state, reason, notes, hints, log
-tail); ``msg`` renders them into one message, at the edge, and ``as_dict()`` gives them to the module's result.
+A failing rule names a kind of failure; :mod:`wait_failures` holds the kinds, :class:`WaitFailed` (the failure's
+parts as fields, rendered once) and the builder of each failure's words.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +18,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+# the failures' kinds, words and WaitFailed live with the failure builders; named here too, as the rules use them
+from ansible_collections.glm.serve.plugins.module_utils.wait_failures import (  # noqa: F401  pylint: disable=unused-import
+    DEPENDENCY, ENDED, FAILURE_KINDS, PURGED, REQUEUED, STATE_MEANINGS, TIMEOUT, UNAUTHORIZED, WRONG_MODEL, WaitFailed,
+    chain_summary, describe, waiting_for_node)
+from ansible_collections.glm.serve.plugins.module_utils.wait_state import Saved
 
 # -- verdicts ------------------------------------------------------------------------------------
 
@@ -26,56 +31,12 @@ SUCCESS = 'success'
 PROBE = 'probe'          # the job runs; success needs the server to answer
 FAIL = 'fail'
 
-# kinds of failure (WaitFailed.kind, the module's failure.kind)
-TIMEOUT = 'timeout'
-ENDED = 'ended'                # the job reached a terminal state it was not waited for
-DEPENDENCY = 'dependency'      # a parent failed: the job can never start
-REQUEUED = 'requeued'          # Slurm put the job back in the queue after it had started
-PURGED = 'purged'              # Slurm no longer knows the job
-UNAUTHORIZED = 'unauthorized'  # the server refused the key
-WRONG_MODEL = 'wrong_model'    # the server serves another model
-FAILURE_KINDS = (TIMEOUT, ENDED, DEPENDENCY, REQUEUED, PURGED, UNAUTHORIZED, WRONG_MODEL)
-
-#: What a failure state means, in words (Slurm's state names are terse).
-STATE_MEANINGS = {
-    'CANCELLED': 'it was cancelled (scancel by you, another session or an administrator, or a teardown)',
-    'TIMEOUT': 'it reached its time limit (--time)',
-    'NODE_FAIL': 'its node failed',
-    'OUT_OF_MEMORY': 'it used more host memory than it asked for (--mem)',
-    'BOOT_FAIL': 'its node failed to boot',
-    'DEADLINE': 'it reached its --deadline',
-    'PREEMPTED': 'a job of higher priority preempted it',
-    'FAILED': 'it exited with a non-zero code',
-}
-
 
 def _int(value):
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def describe(job):
-    """``glm-serve 4124 PENDING (Dependency)``."""
-    if job is None:
-        return 'unknown job'
-    text = '%s %s %s' % (job.get('name') or '?', job.get('job_id'), job.get('state') or 'UNKNOWN')
-    reason = job.get('reason')
-    if reason and reason != 'None' and job.get('state') in ('PENDING', 'CANCELLED', 'FAILED', 'TIMEOUT', 'NODE_FAIL', 'REQUEUE_HOLD'):
-        text += ' (%s)' % reason
-    if job.get('state') == 'RUNNING' and job.get('nodes'):
-        text += ' on %s' % job['nodes']
-    return text
-
-
-def chain_summary(chain):
-    return '; '.join(describe(j) for j in chain)
-
-
-def waiting_for_node(job):
-    """True for a PENDING job that waits for a free node (a reason of RESOURCE_REASONS)."""
-    return bool(job) and job.get('state') == 'PENDING' and job.get('reason') in sp.RESOURCE_REASONS
 
 
 def never_satisfiable(job, parents):
@@ -109,8 +70,9 @@ def never_satisfiable(job, parents):
     return None
 
 
-class RequeueTracker:
-    """Remembers whether a job ran and its first Restarts count: a later PENDING means Slurm requeued it."""
+class RequeueTracker(Saved):
+    """Remembers whether a job ran and its first Restarts count: a later PENDING means Slurm requeued it. It saves
+    itself (:class:`wait_state.Saved`): both fields."""
 
     def __init__(self, restarts=None):
         self.ran = False
@@ -179,89 +141,3 @@ def decide(view, rules=RULES):
         if rule.applies(view):
             return rule
     raise AssertionError('no rule applies')  # pragma: no cover - the last rule always applies
-
-
-# -- failures ------------------------------------------------------------------------------------
-
-
-class WaitFailed(Exception):
-    """The wait ended without success. Its parts are fields; ``msg`` renders them once.
-
-    :param summary: what happened, one sentence (``job 2 (srv) ended FAILED (reason ..., exit code 1:0)``)
-    :param kind: one of :data:`FAILURE_KINDS`
-    :param reason: why, in words (``it exited with a non-zero code``)
-    :param notes: further sentences (what the server last said, what the job waits for, how to cancel it)
-    :param hints: what to do, from the module's ``hints`` that matched (added by the caller)
-    :param job: the job waited for (last row seen); ``failed_job``: the one whose state and log explain the
-        failure (the job, or the parent that failed)
-    :param log_path, log_tail: the output file of ``failed_job`` and its last lines (secrets redacted)
-    :param tail_style: ``last`` ("Last lines of PATH: ..."), ``ends`` ("Its output file PATH ends with: ...") or
-        None (the tail is returned, not written into the message)
-    :param cancelled: ids the waiter cancelled because they could never run
-    """
-
-    def __init__(self, summary, job=None, chain=None, log_tail=None, timed_out=False, log_path=None, failed_job=None,
-                 cancelled=None, kind=None, reason=None, notes=(), hints=(), tail_style='last'):
-        super(WaitFailed, self).__init__(summary)
-        self.summary = summary
-        self.kind = kind or (TIMEOUT if timed_out else ENDED)
-        self.reason = reason
-        self.notes = [n for n in notes if n]
-        self.hints = list(hints)
-        self.job = job
-        self.chain = chain or []
-        self.log_tail = log_tail or []
-        self.log_path = log_path
-        self.tail_style = tail_style
-        self.timed_out = timed_out
-        #: the job whose state and log explain the failure: the job waited for, or the parent that failed
-        self.failed_job = failed_job if failed_job is not None else job
-        self.cancelled = list(cancelled or [])
-
-    def __str__(self):
-        return self.msg
-
-    @property
-    def msg(self):
-        """The message: summary, reason, notes, what to do, then the log tail."""
-        text = self.summary
-        if self.reason:
-            text += ': %s' % self.reason
-        for note in self.notes:
-            text += '. %s' % note
-        if self.hints:
-            text = text.rstrip('.') + '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in self.hints)
-        tail = self._tail_text()
-        if tail and self.hints:
-            text = text[:-1]
-        return text + tail
-
-    def _tail_text(self):
-        if not self.log_path or not self.tail_style:
-            return ''
-        if self.tail_style == 'ends':
-            return '. Its output file %s %s' % (
-                self.log_path, 'ends with:\n' + '\n'.join(self.log_tail) if self.log_tail else 'is missing or empty')
-        if not self.log_tail:
-            return '. Its output file %s is missing or empty' % self.log_path
-        return '. Last lines of %s:\n%s' % (self.log_path, '\n'.join(self.log_tail))
-
-    def as_dict(self):
-        """The failure for the module's result (``failure``): every part in its own key."""
-        failed = self.failed_job or {}
-        return {
-            'kind': self.kind,
-            'summary': self.summary,
-            'reason': self.reason,
-            'notes': list(self.notes),
-            'job_id': failed.get('job_id'),
-            'name': failed.get('name'),
-            'state': failed.get('state'),
-            'slurm_reason': failed.get('reason'),
-            'exit_code': failed.get('exit_code'),
-            'log_path': self.log_path,
-            'log_tail': list(self.log_tail),
-            'hints': list(self.hints),
-            'timed_out': self.timed_out,
-            'cancelled': list(self.cancelled),
-        }

@@ -10,7 +10,8 @@
 * :class:`PortSignal`: the server's HTTP port, asked every ``probe_interval`` while the job runs; it answers
   when the server is ready, and stops answering when the server died.
 
-The file system is injected (:class:`LocalFiles` on the host, a fake in tests).
+The file system is injected (:class:`LocalFiles` on the host, a fake in tests). Each signal saves itself
+(:class:`wait_state.Saved`) for the next slice of a wait.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +22,7 @@ import os
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+from ansible_collections.glm.serve.plugins.module_utils.wait_state import Saved
 
 
 class LocalFiles:
@@ -60,10 +62,12 @@ def read_tail(path, files=None, count=20, secrets=(), chunk=64 * 1024):
     return sp.tail_lines(sp.redact(text, secrets), count)
 
 
-class OutputWatcher:
+class OutputWatcher(Saved):
     """Watches one output file: reports when it appears (or is replaced) and new error-looking lines."""
 
     MAX_READ = 256 * 1024
+    CONTEXT = ('files',)
+    TIMES = ('grew_at',)
 
     def __init__(self, path, files=None):
         self.path = path
@@ -106,6 +110,16 @@ class OutputWatcher:
             errors = [line for line in lines if sp.ERROR_LINE_RE.search(line)]
         return appeared, errors
 
+    def save_field(self, key, value, now):
+        if key == 'state':
+            return list(value) if value else None
+        return super(OutputWatcher, self).save_field(key, value, now)
+
+    def load_field(self, key, value, base):
+        if key == 'state':
+            return tuple(value) if value else None
+        return super(OutputWatcher, self).load_field(key, value, base)
+
 
 class Signal:
     """Something a cheap signal saw: ``kind`` is APPEARED, ERROR_LINE or PORT_LOST; ``text`` says what."""
@@ -124,12 +138,15 @@ class Signal:
         return 'Signal(%r, %r, %r)' % (self.kind, self.job_id, self.text)
 
 
-class OutputSignals:
+class OutputSignals(Saved):
     """The output files of the jobs of a wait (the jobs waited for and their parents).
 
     A file that grows shows its job alive: ``alive`` is true while it grew within ``stall_after`` seconds, and a
     STALLED signal fires once when a file that grew stays still that long (the job may have died silently).
+    Its state is its watchers' (``watchers``: job id -> the watcher's own dict).
     """
+
+    CONTEXT = ('files', 'secrets', 'stall_after')
 
     def __init__(self, files=None, secrets=(), stall_after=60.0):
         self.files = files or LocalFiles()
@@ -141,6 +158,17 @@ class OutputSignals:
         if job_id not in self.watchers:
             self.watchers[job_id] = OutputWatcher(path, self.files)
         return self.watchers[job_id]
+
+    def save_field(self, key, value, now):
+        if key == 'watchers':
+            return dict((job_id, watcher.to_dict(now)) for job_id, watcher in value.items())
+        return super(OutputSignals, self).save_field(key, value, now)
+
+    def load_field(self, key, value, base):
+        if key == 'watchers':
+            return dict((job_id, OutputWatcher(saved.get('path'), self.files).from_dict(saved, base))
+                        for job_id, saved in value.items())
+        return super(OutputSignals, self).load_field(key, value, base)
 
     def watching(self, job_id):
         return job_id in self.watchers
@@ -169,12 +197,16 @@ class OutputSignals:
         return found
 
 
-class PortSignal:
+class PortSignal(Saved):
     """The server's port on the job's node: asked at most every ``interval`` seconds.
 
     ``check`` returns the :class:`model_probe.ProbeResult` (None when not due or the node is unknown) and keeps
     the last one; ``lost`` is true when the server answered before and no longer does.
     """
+
+    CONTEXT = ('probe', 'interval')
+    TIMES = ('next_check',)
+    ANSWERS = ('last', 'previous')
 
     def __init__(self, probe, interval, start):
         self.probe = probe
@@ -197,6 +229,16 @@ class PortSignal:
 
     def checked(self, now):
         self.next_check = now + self.interval
+
+    def save_field(self, key, value, now):
+        if key in self.ANSWERS:
+            return None if value is None else dict(vars(value))
+        return super(PortSignal, self).save_field(key, value, now)
+
+    def load_field(self, key, value, base):
+        if key in self.ANSWERS:
+            return None if value is None else mp.ProbeResult(**value)
+        return super(PortSignal, self).load_field(key, value, base)
 
     @property
     def news(self):

@@ -6,7 +6,8 @@
 ``until:`` loop of ``squeue`` every 2 s. Runs on the local test cluster (tests/cluster/cluster.sh), as root.
 Prints figures; it is not a test. See docs/benchmarks.md.
 
-    .venv/bin/python tests/bench/bench_wait.py [--samples 5] [--wait 120] [--only load|latency|rerun] [--before REV]
+    .venv/bin/python tests/bench/bench_wait.py [--samples 5] [--wait 120] [--only load|latency|rerun|chain|deploy]
+        [--before REV]
 
 The module and the naive loop each run as their own user (glmbench, glmnaive; created if missing), through
 real ansible-playbook (local connection, become su), so that slurmctld's per-user RPC counts (``sdiag``)
@@ -17,6 +18,10 @@ the "before" column of a change.
 ``rerun`` deploys once on the local cluster (playbooks/deploy.yml over SSH to glmuser, a work dir of its own),
 then times re-runs of the deploy that change nothing against a one-task ping playbook over the same SSH, and
 counts the login user's controller RPCs of each re-run (run it while nothing else uses the cluster as glmuser).
+
+``deploy`` runs the REAL playbooks/deploy.yml from nothing as the login user, with the role defaults (60-s progress
+slices), the download and the loading of ``--deploy-chain`` seconds (default 480,300: the issue's 13-minute chain),
+and gives the deploy's own RPCs by type (tests/bench/bench_deploy.py; with ``--before REV`` that commit's too).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -518,7 +523,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--samples', type=int, default=5)
     parser.add_argument('--wait', type=int, default=120)
-    parser.add_argument('--only', choices=['load', 'latency', 'rerun', 'chain'])
+    parser.add_argument('--only', choices=['load', 'latency', 'rerun', 'chain', 'deploy'])
+    parser.add_argument('--deploy-chain', default='480,300', help='deploy: download and loading seconds (default 480,300)')
     parser.add_argument('--chain', default='480,240', help='the long chain: download and loading seconds (default 480,240)')
     parser.add_argument('--before', metavar='REV', help='also run the module of this git revision, side by side')
     opts = parser.parse_args()
@@ -553,6 +559,12 @@ def main():
             for row in long_chain(bench, download, loading):
                 print('| %s | %s | %s | %s | %s | %s | %s | %s | %s |' % row)
             print('(the user\'s RPCs include those its jobs make themselves: srun creating steps, %s)' % ', '.join(JOB_SIDE_RPCS))
+        if opts.only in (None, 'deploy'):
+            import bench_deploy  # pylint: disable=import-outside-toplevel
+            download, loading = [int(x) for x in opts.deploy_chain.split(',')]
+            trees = [REPO] + ([bench.trees['before']] if 'before' in bench.trees else [])
+            for tree in trees:
+                bench_deploy.report(bench_deploy.deploy(tree, download, loading))
         if opts.only in (None, 'rerun'):
             print('\n## Deploy again with everything up, against a ping playbook (login user %s over SSH)' % LOGIN_USER)
             print('| tree | run | seconds | RPCs of %s | output lines | tasks |' % LOGIN_USER)
