@@ -16,8 +16,9 @@ set -euo pipefail
 GLM_CLUSTER_DIR=${GLM_CLUSTER_DIR:-/var/lib/glm-cluster}
 D=$GLM_CLUSTER_DIR
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# the doubles (tests/doubles): the stand-ins copied into the cluster, the Pyxis plugin's source (a root gets a copy)
-DOUBLES=${GLM_CLUSTER_DOUBLES:-$(cd "$HERE/../.." && pwd)/doubles}
+# the doubles (tests/doubles): the stand-ins copied into the cluster, the Pyxis plugin's source; a root's copy of this
+# script's folder holds them in doubles/ (sync_files)
+if [ -d "$HERE/doubles" ]; then DOUBLES=$HERE/doubles; else DOUBLES=$(cd "$HERE/../.." && pwd)/doubles; fi
 RELEASE=${GLM_CLUSTER_RELEASE:-bookworm}
 # set (by the host side of this script) when this script runs inside a root
 IN_ROOT=${GLM_CLUSTER_IN_ROOT:-}
@@ -994,7 +995,7 @@ in_root_cluster() {
   in_root $net GLM_CLUSTER_IN_ROOT=1 GLM_CLUSTER_RELEASE="$RELEASE" GLM_CLUSTER_ACCOUNTING=1 \
     GLM_CLUSTER_DIR="$ROOT_D" GLM_CLUSTER_LOGIN_HOME="$ROOT/home/$LOGIN_USER" GLM_CLUSTER_SSH_LISTEN=0.0.0.0 \
     GLM_CLUSTER_SSH_ADDR="$ROOT_IP" GLM_CLUSTER_MIN_JOB_AGE="$MIN_JOB_AGE" GLM_CLUSTER_START_TIMEOUT="$START_TIMEOUT" \
-    GLM_CLUSTER_DOUBLES=/opt/glm-cluster/doubles /opt/glm-cluster/cluster.sh "$@"
+    /opt/glm-cluster/cluster.sh "$@"
 }
 
 # a copy in the root of this script's folder (tests/tooling/cluster) and of the doubles (tests/doubles: the stand-ins,
