@@ -72,6 +72,5 @@ class Router:
                 self.proc.wait()
 
 
-
 def chat(url, key=KEY):
     return http("POST", url + "/v1/chat/completions", key=key, body=CHAT)
