@@ -16,13 +16,13 @@ EE_VENV := .venv-ee
 DOCS_VENV := .venv-docs
 # ansible-runner (requirements-runner.txt), apart from .venv, for make runner-test
 RUNNER_VENV := .venv-runner
-# SGLang's Model Gateway (requirements-router.txt), the real router of tests/standins/test_router_launcher.py
+# SGLang's Model Gateway (requirements-router.txt), the real router of tests/doubles_tests/test_router_launcher.py
 ROUTER_VENV := .venv-router
 # galaxy-importer (requirements-importer.txt), what Galaxy and Automation Hub run on an upload: make build runs it
 IMPORTER_VENV := .venv-importer
 DOCS_OUT := build/docs
 BIN := $(CURDIR)/$(VENV)/bin
-CLUSTER := tests/cluster/cluster.sh
+CLUSTER := tests/tooling/cluster/cluster.sh
 # ansible-test needs the collection at a real path ending in ansible_collections/glm/serve.
 TEST_ROOT ?= /tmp/glm-serve-ansible-test
 TEST_COPY := $(TEST_ROOT)/ansible_collections/glm/serve
@@ -33,7 +33,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 # Which local cluster: unset or bookworm = the host's (Slurm 22.05); trixie or sid = the cluster in that Debian root
-# (tests/cluster/README.md, "Roots"). cluster.sh and the integration tests read GLM_CLUSTER_RELEASE; molecule's
+# (tests/tooling/cluster/README.md, "Roots"). cluster.sh and the integration tests read GLM_CLUSTER_RELEASE; molecule's
 # inventory follows it here.
 GLM_CLUSTER_RELEASE ?= bookworm
 export GLM_CLUSTER_RELEASE
@@ -75,11 +75,11 @@ cluster-stop: ## stop the local Slurm cluster
 	$(CLUSTER) stop
 
 demo: setup cluster ## the embedded default: deploy on the local cluster, call the API, tear down
-	tests/demo.sh
+	tests/tooling/demo.sh
 
 .PHONY: demo-replicas
 demo-replicas: setup cluster ## the demo with two replicas behind SGLang's router (server_replicas=2): router, relay, teardown
-	tests/demo.sh replicas
+	tests/tooling/demo.sh replicas
 
 # make test's stages, in order; tests/tooling/stages.sh runs each as its own make and prints their times at the end
 # sanity and units run in test-ansible-ci, on the oldest and the newest claimed ansible-core (make sanity and make
@@ -97,7 +97,7 @@ test: ## everything CI runs (TEST_STAGES, timed)
 # the default release only those the suite has not just run. Prints the release x stage table.
 # To keep CI within its 60 minutes, the other releases get the fault cases whose outcome Slurm decides (a dependency
 # that can never be met, a requeue after NODE_FAIL, the controller restarting, a node excluded); test-matrix runs every
-# Slurm fault case (tests/cluster/matrix.sh). The benchmark keeps its 60-s waits: with 40 s, the job's end fell between
+# Slurm fault case (tests/tooling/cluster/matrix.sh). The benchmark keeps its 60-s waits: with 40 s, the job's end fell between
 # two of the waiter's polls more than MinJobAge (10 s here) apart, and the waiter found it purged.
 RELEASE_FAULTS ?= test_01 or test_05b or test_08 or test_11a
 # molecule's default scenario there; the replicas scenario runs in the suite (the router does not depend on Slurm's release)
@@ -110,10 +110,10 @@ RELEASE_LANES ?= bookworm,trixie sid
 RELEASE_STAGES ?= smoke slurm_job molecule bench
 releases: setup cluster sglang-cli ## the Slurm-dependent stages on each release (22.05, 24.11, 26.05) + the release x stage table
 	GLM_MATRIX_SUITE=$(GLM_CLUSTER_RELEASE) GLM_MATRIX_FAULTS="$(RELEASE_FAULTS)" GLM_MATRIX_MOLECULE="$(RELEASE_MOLECULE)" \
-	  GLM_MATRIX_LANES="$(RELEASE_LANES)" GLM_MATRIX_ONLY="$(filter-out all,$(RELEASE_STAGES))" tests/cluster/matrix.sh
+	  GLM_MATRIX_LANES="$(RELEASE_LANES)" GLM_MATRIX_ONLY="$(filter-out all,$(RELEASE_STAGES))" tests/tooling/cluster/matrix.sh
 
 test-matrix: setup sglang-cli ## every release, every Slurm-dependent stage (none taken from the suite), + fixtures capture
-	GLM_MATRIX_FIXTURES=1 tests/cluster/matrix.sh
+	GLM_MATRIX_FIXTURES=1 tests/tooling/cluster/matrix.sh
 
 lint: setup $(LINT_VENV)/.installed $(DOCS_VENV)/.installed ## ansible-lint (production profile), changelog, reuse, actionlint, collection docs
 	ansible-lint
@@ -146,10 +146,10 @@ test-ansible-ci: setup cluster ## the same on the oldest and the newest claimed 
 	tests/tooling/ansible-e2e.sh --ci
 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
-	tests/sglang_cli/setup.sh
+	tests/tooling/sglang_cli/setup.sh
 
 pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins, the router launcher, and integration on the local cluster
-	pytest -p no:cacheprovider --durations=40 tests/standins tests/integration < /dev/null
+	pytest -p no:cacheprovider --durations=40 tests/doubles_tests tests/integration < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output

@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, 'tests', 'standins'))
+sys.path.insert(0, os.path.join(REPO, 'tests', 'doubles_tests'))
 
 from standin_helpers import SEED_MODEL, Server, free_port, run_hf, wait_for
 from standin_helpers import http as request  # noqa: E402  pylint: disable=wrong-import-position

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Benchmark: controller load and detection latency of glm.serve.slurm_job's wait, against a naive
-``until:`` loop of ``squeue`` every 2 s. Runs on the local test cluster (tests/cluster/cluster.sh), as root.
+``until:`` loop of ``squeue`` every 2 s. Runs on the local test cluster (tests/tooling/cluster/cluster.sh), as root.
 Prints figures; it is not a test. See docs/benchmarks.md.
 
     .venv/bin/python tests/bench/bench_wait.py [--samples 5] [--wait 120] [--only load|latency|rerun|chain|deploy]

@@ -4,10 +4,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Which local cluster the integration tests run on: one variable, GLM_CLUSTER_RELEASE.
 
-- unset or ``bookworm``: the host's own cluster (tests/cluster/cluster.sh with Debian 12's Slurm 22.05), login node
+- unset or ``bookworm``: the host's own cluster (tests/tooling/cluster/cluster.sh with Debian 12's Slurm 22.05), login node
   glmuser@127.0.0.1:2222, the repo's inventory/local.
 - ``trixie`` (Slurm 24.11) or ``sid`` (Slurm 26.05): the cluster in that Debian root (``GLM_CLUSTER_RELEASE=trixie
-  tests/cluster/cluster.sh install|start``), login node glmuser@10.77.N.2:2222 over a veth pair, an inventory the
+  tests/tooling/cluster/cluster.sh install|start``), login node glmuser@10.77.N.2:2222 over a veth pair, an inventory the
   script writes in the root's cluster folder; Slurm commands run inside the root through ``cluster.sh exec``.
 
 Everything else (paths of the key, known_hosts, control folder, login home and ids) comes from ``cluster.sh env``.
@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-CLUSTER = os.path.join(REPO, 'tests', 'cluster', 'cluster.sh')
+CLUSTER = os.path.join(REPO, 'tests', 'tooling', 'cluster', 'cluster.sh')
 RELEASE = os.environ.get('GLM_CLUSTER_RELEASE') or 'bookworm'
 IN_ROOT = RELEASE != 'bookworm'
 LOGIN_USER = 'glmuser'

@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Integration tests on the LIVE local Slurm cluster (tests/cluster/cluster.sh), driven through real
+"""Integration tests on the LIVE local Slurm cluster (tests/tooling/cluster/cluster.sh), driven through real
 ansible-playbook over SSH to the login user. Run as root on the controller:
 
     .venv/bin/pytest tests/integration -v
@@ -30,6 +30,7 @@ import pytest
 
 import cluster_target as target
 from cluster_target import CLUSTER, LOGIN_USER, REPO
+from deploy_helpers import Case, cluster_ready
 
 BIN = os.path.dirname(sys.executable)
 # The cluster (host or a Debian root) is chosen by GLM_CLUSTER_RELEASE: see cluster_target.py.
@@ -41,7 +42,7 @@ def cluster():
     if os.geteuid() != 0:
         pytest.skip('integration tests run as root on the machine of the local cluster')
     if not os.path.exists(CLUSTER):
-        pytest.skip('no tests/cluster/cluster.sh')
+        pytest.skip('no tests/tooling/cluster/cluster.sh')
     # `status` also fails for a few seconds while a test restarts slurmctld, or while a node shows a passing state
     # (PLANNED by the backfill scheduler): skip only when the cluster stays not ready for a minute
     deadline = time.monotonic() + 60
@@ -53,7 +54,7 @@ def cluster():
         if time.monotonic() >= deadline:
             # in CI (make test started the cluster) a cluster that is down is a failure, not a reason to skip
             (pytest.fail if os.environ.get('CI') else pytest.skip)(
-                'the local Slurm cluster is not up (tests/cluster/cluster.sh status):\n' + proc.stdout)
+                'the local Slurm cluster is not up (tests/tooling/cluster/cluster.sh status):\n' + proc.stdout)
         time.sleep(2)
 
 
@@ -262,3 +263,18 @@ def work(inventory):
     w = Work(inventory)
     yield w
     w.cleanup()
+
+
+@pytest.fixture
+def case(request, tmp_path):
+    cluster_ready()
+    made = []
+
+    def make(tag):
+        made.append(Case(tag, str(tmp_path)))
+        return made[-1]
+    yield make
+    for item in made:
+        item.cleanup()
+    for item in made:
+        assert item.live() == [], 'jobs of %s left after the cleanup' % item.tag

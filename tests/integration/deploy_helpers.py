@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the tests that run the real playbooks (deploy.yml, teardown.yml) against the LIVE local Slurm
-cluster (tests/cluster/cluster.sh) as root on its machine: running a playbook with exact-typed extra vars,
-looking at the login user's jobs over real SSH, snapshots of folders, and a scanner for a secret.
+cluster (tests/tooling/cluster/cluster.sh) as root on its machine: running a playbook with exact-typed extra vars,
+looking at the login user's jobs over real SSH, snapshots of folders, a scanner for a secret, and a fault case (a
+deploy of its own, cleaned up after: Case, made by conftest.py's fixture ``case``) with the hf stand-in's fetch log.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,11 +16,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 import pytest
 
@@ -60,7 +63,7 @@ def require_cluster():
     if os.geteuid() != 0:
         pytest.skip('these tests run as root on the machine of the local cluster')
     if not os.path.exists(CLUSTER):
-        pytest.skip('no tests/cluster/cluster.sh')
+        pytest.skip('no tests/tooling/cluster/cluster.sh')
     # `status` fails for a few seconds while a test restarts slurmctld: skip only when it stays so for a minute
     deadline = time.monotonic() + 60
     while True:
@@ -72,7 +75,7 @@ def require_cluster():
     if proc.returncode != 0:
         # in CI (make test started the cluster) a cluster that is down is a failure, not a reason to skip
         (pytest.fail if os.environ.get('CI') else pytest.skip)(
-            'the local Slurm cluster is not up (tests/cluster/cluster.sh status):\n' + proc.stdout)
+            'the local Slurm cluster is not up (tests/tooling/cluster/cluster.sh status):\n' + proc.stdout)
 
 
 def login_home():
@@ -217,3 +220,137 @@ def cmdlines_holding(secret):
         if secret in data:
             hits.append((int(pid), data.replace(b'\0', b' ').decode('utf-8', 'replace')))
     return hits
+
+
+# -- fault cases: a deploy of its own per case (test_faults.py, test_checksums.py) -------------------------------
+
+SERVER_WAIT_TIMEOUT = 120
+FAST_SERVER = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
+SERVE_TASK = 'Submit the server job and wait for it to answer'
+
+
+def cluster_ready():
+    """require_cluster(), with patience: `cluster.sh status` also fails for a few seconds while another test restarts
+    slurmctld or while a node shows a passing state (e.g. PLANNED by the backfill scheduler), and a case must not be
+    skipped for that. Skips only when the cluster stays not ready for a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return require_cluster()
+        except pytest.skip.Exception:
+            if os.geteuid() != 0 or not os.path.exists(CLUSTER) or time.monotonic() >= deadline:
+                raise
+            time.sleep(2)
+
+
+class Case:
+    """A case's work dir, job names, deploy runs and cleanup."""
+
+    def __init__(self, tag, tmp):
+        self.tag = '%s-%s' % (tag, uuid.uuid4().hex[:6])
+        self.tmp = tmp
+        self.home = login_home()
+        self.rel = 'glm-it-faults-%s' % self.tag
+        self.dir = os.path.join(self.home, self.rel)
+        self.download = 'itf-%s-download' % self.tag
+        self.serve = 'itf-%s-serve' % self.tag
+        self.extra_names = []
+
+    def vars(self, **extra):
+        base = isolated_vars(self.rel, self.download, self.serve, glm_hosts='training', server_time='00:10:00',
+                             server_wait_timeout=SERVER_WAIT_TIMEOUT, server_env=dict(FAST_SERVER))
+        base.update(extra)
+        return base
+
+    def deploy(self, timeout=300, **extra):
+        """Runs deploy.yml; returns (proc, seconds, [(task, msg)] of the failures)."""
+        for _attempt in range(3):
+            started = time.monotonic()
+            proc = run_playbook('deploy.yml', self.vars(**extra), self.tmp, result_json=True, timeout=timeout)
+            took = time.monotonic() - started
+            found, _changed = failures(proc.stdout)
+            if not any(task != SERVE_TASK and 'Unable to contact slurm controller' in msg for task, msg in found):
+                break
+            # slurmctld restarting (another test on this cluster may restart it) before anything was submitted
+            time.sleep(10)
+        return proc, took, found
+
+    def popen(self, **extra):
+        """Starts deploy.yml; its output is unbuffered, so that Output can stamp each line when it is printed."""
+        fd, path = tempfile.mkstemp(suffix='.json', prefix='vars-', dir=self.tmp)
+        with os.fdopen(fd, 'w') as handle:
+            json.dump(self.vars(**extra), handle)
+        env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get('PATH', ''), ANSIBLE_NOCOLOR='1',
+                   ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_CALLBACK_RESULT_FORMAT='json',
+                   ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.collections'), PYTHONUNBUFFERED='1')
+        return subprocess.Popen([os.path.join(BIN, 'ansible-playbook'), 'playbooks/deploy.yml', '-e', '@' + path],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, cwd=REPO,
+                                stdin=subprocess.DEVNULL)
+
+    def mine(self, name):
+        return name in (self.download, self.serve) or name in self.extra_names
+
+    def jobs(self):
+        """All jobs of this case's names, finished ones too: [(id, name, state)]."""
+        return my_jobs(self.mine)
+
+    def live(self):
+        return live_jobs(self.mine)
+
+    def download_row(self):
+        return self.job_state(self.download)
+
+    def job_state(self, name):
+        rows = [r for r in self.jobs() if r[1] == name]
+        return rows[-1] if rows else None
+
+    def running(self, name, also=None):
+        """The row of name's job when it RUNS (and also() holds), else None."""
+        row = self.job_state(name)
+        return row if row and row[2] == 'RUNNING' and (also is None or also()) else None
+
+    def wait_for(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.5)
+        raise AssertionError('%s did not happen within %ds; jobs: %s' % (what, timeout, self.jobs()))
+
+    def warm(self, source):
+        """Copy a complete image and model (from the module's warm dir) so that no download is needed."""
+        os.makedirs(self.dir, 0o700)
+        chown_login(self.dir)
+        for name in ('sglang.sqsh', 'GLM-5.3-Flash'):
+            src, dst = os.path.join(source, name), os.path.join(self.dir, name)
+            if os.path.isdir(src):
+                shutil.copytree(src, dst, symlinks=True)
+            else:
+                shutil.copy2(src, dst)
+            uid, gid = target.login_ids()[:2]                   # the login user's ids on this cluster (a root's differ)
+            subprocess.run(['chown', '-R', '%d:%d' % (uid, gid), dst], check=True)
+
+    def cleanup(self):
+        """Cancels the case's jobs and waits until they have ended (a cancelled job is COMPLETING for up to KillWait,
+        5 s, and longer on a loaded machine) before its folder goes. A job still live 60 s after scancel is left for
+        the fixture's check to report."""
+        scancel_names([self.download, self.serve] + self.extra_names)
+        deadline = time.monotonic() + 60
+        while self.live() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def hf_cache(case, name):
+    """A file of the hf stand-in's own folder in the case's model dir (its fetch log, its gate)."""
+    return os.path.join(case.dir, 'GLM-5.3-Flash', '.cache', 'huggingface', name)
+
+
+def fetch_log(case):
+    path = hf_cache(case, 'standin-fetch.log')
+    try:
+        with open(path) as handle:
+            return [line.split(None, 1)[1].strip() for line in handle if line.startswith('fetched ')]
+    except (IOError, OSError):
+        return []

@@ -1,4 +1,4 @@
-"""--check changes nothing, on the local cluster (tests/cluster), over real SSH as the login user.
+"""--check changes nothing, on the local cluster (tests/tooling/cluster), over real SSH as the login user.
 
 - deploy --check on nothing: succeeds, predicts changes, creates no folder, submits no job;
 - after a real deploy, deploy --check: reports changed=0, submits nothing, leaves every file as it was;

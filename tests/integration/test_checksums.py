@@ -8,7 +8,7 @@ A corrupt shard is served silently when completeness means only that `hf downloa
 #32279, #14465). hf itself never reads a file again once its .metadata names the commit it was asked for
 (huggingface_hub file_download.py at v1.28.0 L1291-1297, _local_folder.py L306-354): a shard corrupted in transfer,
 or cut short on disk with its mtime kept, is skipped by every rerun. The hf stand-in follows that, and serves the
-real sha256 / git blob id of its files (tests/cluster/standins/python/hf_standin.py). Each case: caught, the bad file
+real sha256 / git blob id of its files (tests/doubles/python/hf_standin.py). Each case: caught, the bad file
 fetched again ALONE (the stand-in's fetch log), the deploy then serves. Also: an image whose huggingface_hub is older
 than 1.13 (no `hf models ls REPO -R`) still gives the download's total size. Run as root, under the cluster lock.
 """
@@ -22,11 +22,9 @@ import json
 import os
 import sys
 
-from deploy_helpers import REPO
-# case: the fault tests' fixture (a Case per tag, cleaned up after, and no job of it left)
-from test_faults import case, fetch_log  # noqa: F401  pylint: disable=unused-import
+from deploy_helpers import REPO, fetch_log
 
-sys.path.insert(0, os.path.join(REPO, 'tests', 'cluster', 'standins', 'python'))
+sys.path.insert(0, os.path.join(REPO, 'tests', 'doubles', 'python'))
 import hf_standin  # noqa: E402  pylint: disable=wrong-import-position
 
 MODEL = 'zai-org/GLM-5.3-Flash'

@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The local cluster's own script (tests/cluster/cluster.sh) on the LIVE cluster: a pid file naming another daemon
+"""The local cluster's own script (tests/tooling/cluster/cluster.sh) on the LIVE cluster: a pid file naming another daemon
 of the cluster is stale, not proof that its daemon runs.
 
 CI once failed here: its machine kept a root's cluster folder from an earlier run whose namespaces had been killed;

@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -31,131 +30,15 @@ import pytest
 
 from conftest import Step
 import cluster_target as target
-from deploy_helpers import (BIN, CLUSTER, FAILED_RESULT, REPO, TASK_HEADER, chown_login, failures, isolated_vars,
-                            live_jobs, login_home, my_jobs, require_cluster, run_playbook, scancel_names, ssh)
-
-SERVER_WAIT_TIMEOUT = 120
-FAST_SERVER = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
-SERVE_TASK = 'Submit the server job and wait for it to answer'
-
-
-def cluster_ready():
-    """require_cluster(), with patience: `cluster.sh status` also fails for a few seconds while another test restarts
-    slurmctld or while a node shows a passing state (e.g. PLANNED by the backfill scheduler), and a case must not be
-    skipped for that. Skips only when the cluster stays not ready for a minute."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return require_cluster()
-        except pytest.skip.Exception:
-            if os.geteuid() != 0 or not os.path.exists(CLUSTER) or time.monotonic() >= deadline:
-                raise
-            time.sleep(2)
+from deploy_helpers import (CLUSTER, FAILED_RESULT, FAST_SERVER, REPO, SERVE_TASK, SERVER_WAIT_TIMEOUT, TASK_HEADER,
+                            chown_login, cluster_ready, failures, fetch_log, hf_cache, login_home, run_playbook,
+                            scancel_names, ssh)
 
 
 def root_slurm(argv, check=False):
     """A Slurm command as root (an administrator, or "someone else")."""
     return subprocess.run(target.slurm_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                           env=target.slurm_env(), check=check)
-
-
-class Case:
-    """A case's work dir, job names, deploy runs and cleanup."""
-
-    def __init__(self, tag, tmp):
-        self.tag = '%s-%s' % (tag, uuid.uuid4().hex[:6])
-        self.tmp = tmp
-        self.home = login_home()
-        self.rel = 'glm-it-faults-%s' % self.tag
-        self.dir = os.path.join(self.home, self.rel)
-        self.download = 'itf-%s-download' % self.tag
-        self.serve = 'itf-%s-serve' % self.tag
-        self.extra_names = []
-
-    def vars(self, **extra):
-        base = isolated_vars(self.rel, self.download, self.serve, glm_hosts='training', server_time='00:10:00',
-                             server_wait_timeout=SERVER_WAIT_TIMEOUT, server_env=dict(FAST_SERVER))
-        base.update(extra)
-        return base
-
-    def deploy(self, timeout=300, **extra):
-        """Runs deploy.yml; returns (proc, seconds, [(task, msg)] of the failures)."""
-        for _attempt in range(3):
-            started = time.monotonic()
-            proc = run_playbook('deploy.yml', self.vars(**extra), self.tmp, result_json=True, timeout=timeout)
-            took = time.monotonic() - started
-            found, _changed = failures(proc.stdout)
-            if not any(task != SERVE_TASK and 'Unable to contact slurm controller' in msg for task, msg in found):
-                break
-            # slurmctld restarting (another test on this cluster may restart it) before anything was submitted
-            time.sleep(10)
-        return proc, took, found
-
-    def popen(self, **extra):
-        """Starts deploy.yml; its output is unbuffered, so that Output can stamp each line when it is printed."""
-        fd, path = tempfile.mkstemp(suffix='.json', prefix='vars-', dir=self.tmp)
-        with os.fdopen(fd, 'w') as handle:
-            json.dump(self.vars(**extra), handle)
-        env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get('PATH', ''), ANSIBLE_NOCOLOR='1',
-                   ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_CALLBACK_RESULT_FORMAT='json',
-                   ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.collections'), PYTHONUNBUFFERED='1')
-        return subprocess.Popen([os.path.join(BIN, 'ansible-playbook'), 'playbooks/deploy.yml', '-e', '@' + path],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env, cwd=REPO,
-                                stdin=subprocess.DEVNULL)
-
-    def mine(self, name):
-        return name in (self.download, self.serve) or name in self.extra_names
-
-    def jobs(self):
-        """All jobs of this case's names, finished ones too: [(id, name, state)]."""
-        return my_jobs(self.mine)
-
-    def live(self):
-        return live_jobs(self.mine)
-
-    def download_row(self):
-        return self.job_state(self.download)
-
-    def job_state(self, name):
-        rows = [r for r in self.jobs() if r[1] == name]
-        return rows[-1] if rows else None
-
-    def running(self, name, also=None):
-        """The row of name's job when it RUNS (and also() holds), else None."""
-        row = self.job_state(name)
-        return row if row and row[2] == 'RUNNING' and (also is None or also()) else None
-
-    def wait_for(self, predicate, timeout, what):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.5)
-        raise AssertionError('%s did not happen within %ds; jobs: %s' % (what, timeout, self.jobs()))
-
-    def warm(self, source):
-        """Copy a complete image and model (from the module's warm dir) so that no download is needed."""
-        os.makedirs(self.dir, 0o700)
-        chown_login(self.dir)
-        for name in ('sglang.sqsh', 'GLM-5.3-Flash'):
-            src, dst = os.path.join(source, name), os.path.join(self.dir, name)
-            if os.path.isdir(src):
-                shutil.copytree(src, dst, symlinks=True)
-            else:
-                shutil.copy2(src, dst)
-            uid, gid = target.login_ids()[:2]                   # the login user's ids on this cluster (a root's differ)
-            subprocess.run(['chown', '-R', '%d:%d' % (uid, gid), dst], check=True)
-
-    def cleanup(self):
-        """Cancels the case's jobs and waits until they have ended (a cancelled job is COMPLETING for up to KillWait,
-        5 s, and longer on a loaded machine) before its folder goes. A job still live 60 s after scancel is left for
-        the fixture's check to report."""
-        scancel_names([self.download, self.serve] + self.extra_names)
-        deadline = time.monotonic() + 60
-        while self.live() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Output:
@@ -229,7 +112,7 @@ def warm_dir():
         '--local-dir $HOME/%s/GLM-5.3-Flash"' % (rel, rel, rel, rel, rel, rel), timeout=120)
     # what download.sbatch writes once `hf download` has exited 0 and every file had the Hub's checksum (the Hub's
     # listing, as the hf stand-in serves it, and the record of the check): without it the deploy downloads again
-    sys.path.insert(0, os.path.join(REPO, 'tests', 'cluster', 'standins', 'python'))
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'doubles', 'python'))
     import hf_standin  # pylint: disable=import-outside-toplevel
     commit = hf_standin.commit_hash('zai-org/GLM-5.3-Flash', None)
     listing = os.path.join(path, 'GLM-5.3-Flash', '.glm-serve-listing.json')
@@ -248,21 +131,6 @@ def warm_dir():
     chown_login(record)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def case(request, tmp_path):
-    cluster_ready()
-    made = []
-
-    def make(tag):
-        made.append(Case(tag, str(tmp_path)))
-        return made[-1]
-    yield make
-    for item in made:
-        item.cleanup()
-    for item in made:
-        assert item.live() == [], 'jobs of %s left after the cleanup' % item.tag
 
 
 def serve_failure(found):
@@ -290,20 +158,6 @@ def failed_at_once(proc, took, within):
     assert result.get('duration') is not None and result['duration'] < within, (result.get('duration'), within)
     assert took < SERVER_WAIT_TIMEOUT, took
     return result['duration']
-
-
-def hf_cache(case, name):
-    """A file of the hf stand-in's own folder in the case's model dir (its fetch log, its gate)."""
-    return os.path.join(case.dir, 'GLM-5.3-Flash', '.cache', 'huggingface', name)
-
-
-def fetch_log(case):
-    path = hf_cache(case, 'standin-fetch.log')
-    try:
-        with open(path) as handle:
-            return [line.split(None, 1)[1].strip() for line in handle if line.startswith('fetched ')]
-    except (IOError, OSError):
-        return []
 
 
 # -- 1. the download fails --------------------------------------------------------------------------------------
@@ -822,7 +676,7 @@ def test_11c_a_driver_older_than_the_minimum_fails_at_once_without_a_bad_node(ca
 
 
 # -- 12. Pyxis's mount rules; an image save that fails ------------------------------------------------------------
-# The cluster's Pyxis stand-in follows the real rules (tests/cluster/spank/pyxis_standin.c): a container step sees
+# The cluster's Pyxis stand-in follows the real rules (tests/doubles/pyxis/pyxis_standin.c): a container step sees
 # the home directory only when it is mounted (the site default here is off, as in enroot's shipped config), and a
 # write to a path not mounted goes into the container's own filesystem and is gone when the step ends. The save of
 # --container-save is a real squashfs, which the stand-in can be told to cut short.
@@ -962,7 +816,7 @@ def test_12e_a_broken_image_in_place_is_saved_again(case, warm_dir):
 # --container-env names, and L1061-1075 writes those names into enroot's environ(). enroot v4.1.2: src/docker.sh
 # L350-351 writes the image's ENV to the rootfs's /etc/environment, src/runtime.sh L32-62 (_do_environ) reads it, then
 # environ(); bin/common.h L148-170 (load_environment) sets them in order. The Pyxis stand-in does the same with the
-# test image docker://glm-standin/sglang-env:v0.5.21 (tests/cluster/standins/images/), whose environment sets
+# test image docker://glm-standin/sglang-env:v0.5.21 (tests/doubles/images/), whose environment sets
 # SGLANG_CACHE_DIR, SGLANG_DG_CACHE_DIR, HF_HOME, HF_TOKEN_PATH, HF_XET_HIGH_PERFORMANCE and NCCL_NET=IB, and keeps it
 # in the image --container-save writes. The SGLang stand-in writes a file in each kernel cache (standin_env.py).
 

@@ -3,8 +3,8 @@
 
 * The three variants (default, low latency, H200) are rendered by the role itself (include_role
   glm.serve.server, tasks_from: script, against localhost) and their `sglang.launch_server` command is parsed
-  by the REAL sglang==0.5.21 CLI parser (tests/sglang_cli/check_args.py in .venv-sglang). Skipped only when
-  that venv is missing (make it with tests/sglang_cli/setup.sh).
+  by the REAL sglang==0.5.21 CLI parser (tests/tooling/sglang_cli/check_args.py in .venv-sglang). Skipped only when
+  that venv is missing (make it with tests/tooling/sglang_cli/setup.sh).
 * The defaults carry the guide's flags, and bad values stop in the role's checks, naming the variable.
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
-CHECK_ARGS = ROOT / "tests" / "sglang_cli" / "check_args.py"
+CHECK_ARGS = ROOT / "tests" / "tooling" / "sglang_cli" / "check_args.py"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
 PLAYBOOK = """
@@ -227,7 +227,7 @@ def test_low_latency_and_h200(rendered):
     assert "#SBATCH --partition=compute-h200\n" in rendered["h200"].read_text()
 
 
-@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason=".venv-sglang missing: run tests/sglang_cli/setup.sh")
+@pytest.mark.skipif(not SGLANG_PYTHON.exists(), reason=".venv-sglang missing: run tests/tooling/sglang_cli/setup.sh")
 def test_real_sglang_parser_accepts_the_three_variants(rendered, tmp_path):
     bad = tmp_path / "bad.sbatch"
     bad.write_text(rendered["default"].read_text().replace("--kv-cache-dtype bfloat16", "--kv-cache-dtype bf17"))

@@ -5,7 +5,7 @@ The login node is the only way in, and its SSH gateway forwards only to loopback
 gateway supports shells, commands, SFTP (including modern scp), and forwarding to loopback ports on the login node.
 [...] Remote forwarding and non-loopback destinations are refused." (the guide's platform notes,
 ../shared/reference/serve-glm-sglang-seed.md, its first lines). The local login node's sshd enforces the same
-(tests/cluster/cluster.sh, write_sshd_config: AllowTcpForwarding local, PermitOpen localhost:* 127.0.0.1:*; OpenSSH
+(tests/tooling/cluster/cluster.sh, write_sshd_config: AllowTcpForwarding local, PermitOpen localhost:* 127.0.0.1:*; OpenSSH
 9.2p1's sshd_config(5): PermitOpen does "no pattern matching or address lookups" on names), so the old line
 `ssh -N -L PORT:NODE:30000` fails with "open failed: administratively prohibited" (issue 23, section 1). The line
 deploy prints now is `ssh -o ExitOnForwardFailure=yes -L PORT:127.0.0.1:RELAY ... 'python3 WORK/glm_relay.py RELAY

@@ -27,10 +27,10 @@ cache=$(cd "$cache" && pwd)
 # the cluster of GLM_CLUSTER_RELEASE (bookworm: the host's; trixie/sid: the one in that Debian root): its inventory and
 # login home (as the host sees it) from cluster.sh env, its Slurm commands through cluster.sh exec
 release_name=${GLM_CLUSTER_RELEASE:-bookworm}
-cluster_env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
+cluster_env=$("$repo/tests/tooling/cluster/cluster.sh" env 2> /dev/null || true)
 login_home=$(sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p' <<< "$cluster_env")
 inventory=$(sed -n 's/^export GLM_CLUSTER_INVENTORY=//p' <<< "$cluster_env")
-in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+in_cluster() { "$repo/tests/tooling/cluster/cluster.sh" exec "$@"; }
 if [ -z "$login_home" ] || [ ! -d "$login_home" ] || [ ! -f "$inventory" ]; then
   echo "ansible-e2e: no login home of the $release_name cluster: run make cluster" >&2
   exit 2

@@ -14,7 +14,7 @@
 need_cluster() {
   local env
   release_name=${GLM_CLUSTER_RELEASE:-bookworm}
-  env=$("$repo/tests/cluster/cluster.sh" env 2> /dev/null || true)
+  env=$("$repo/tests/tooling/cluster/cluster.sh" env 2> /dev/null || true)
   login_home=$(sed -n 's/^export GLM_CLUSTER_LOGIN_HOME=//p' <<< "$env")
   ssh_host=$(sed -n 's/^export GLM_CLUSTER_SSH_HOST=//p' <<< "$env")
   ssh_port=$(sed -n 's/^export GLM_CLUSTER_SSH_PORT=//p' <<< "$env")
@@ -26,7 +26,7 @@ need_cluster() {
   fi
 }
 
-in_cluster() { "$repo/tests/cluster/cluster.sh" exec "$@"; }
+in_cluster() { "$repo/tests/tooling/cluster/cluster.sh" exec "$@"; }
 
 find_tarball() {
   local name=$1 galaxy=$2 build_dir=$3 log=$4

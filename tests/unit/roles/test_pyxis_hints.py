@@ -10,7 +10,7 @@ at v0.23.0, in slurm_spank_task_init). v0.24.0 (pyxis_slurmstepd.c) no longer pr
 `pyxis: failed to create container filesystem for image: IMAGE` (L788), enroot start `pyxis: container start error:
 ...` (L1144, waitpid), `pyxis: container start failed with error code: N` (L1148) or `pyxis: container exited too
 soon` (L1155); a missing mount source `--container-mounts: source path does not exist` (L984) then `couldn't create
-enroot start configuration script` (L1120). The Pyxis stand-in prints the 0.24 lines (tests/cluster/spank).
+enroot start configuration script` (L1120). The Pyxis stand-in prints the 0.24 lines (tests/doubles/pyxis).
 The patterns are matched by glm.serve.slurm_job as plugins/module_utils/job_actions.py matching_hints does (re.search
 over the job's state line, the message and the log tail), through its compile_hints.
 """

@@ -243,7 +243,7 @@ def test_parse_sacct_of_real_output(name, state, exit_code, elapsed, extra):
         assert job[key] == value, (key, job)
 
 
-# Output of newer Slurm, captured in the Debian roots of tests/cluster (fixtures/capture-release.sh):
+# Output of newer Slurm, captured in the Debian roots of tests/tooling/cluster (fixtures/capture-release.sh):
 # trixie = Slurm 24.11.5, sid = Slurm 26.05.5.
 @pytest.mark.parametrize('release', ['trixie', 'sid'])
 @pytest.mark.parametrize('name, state, reason, exit_code', [

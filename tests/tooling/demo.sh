@@ -2,12 +2,12 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# make demo: the embedded default. On the local Slurm cluster (tests/cluster), over real SSH as the login
+# make demo: the embedded default. On the local Slurm cluster (tests/tooling/cluster), over real SSH as the login
 # user: deploy GLM-5.3-Flash (stand-ins for the GPU parts), call the chat API with the key, tear down.
 # Prints what happened at each step and a summary. Run `make demo` (it sets up the toolchain and the cluster);
-# `make demo-replicas` (tests/demo.sh replicas): the same with two replicas behind SGLang's router.
+# `make demo-replicas` (tests/tooling/demo.sh replicas): the same with two replicas behind SGLang's router.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 export ANSIBLE_CONFIG=$PWD/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH=$PWD/.collections
@@ -100,7 +100,7 @@ show_jobs() {
 }
 
 # A progress line every 5 s (60 by default), so that the short local deploy shows a few.
-# tests/demo.sh replicas (make demo-replicas): two replicas behind the router (inventory/local sets what the local
+# tests/tooling/demo.sh replicas (make demo-replicas): two replicas behind the router (inventory/local sets what the local
 # cluster needs: the router listens on its node's address, as the replicas do on theirs, all on one machine).
 if [ "${1-}" = replicas ]; then
   step "1/6 deploy 2 replicas + router (deploy.yml -e server_replicas=2)" \

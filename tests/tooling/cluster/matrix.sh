@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The same stages on each Slurm release of the local cluster, and a release x stage table at the end.
 #
-#   tests/cluster/matrix.sh            (make test: GLM_MATRIX_RELEASES="bookworm trixie sid")
+#   tests/tooling/cluster/matrix.sh            (make test: GLM_MATRIX_RELEASES="bookworm trixie sid")
 #   GLM_MATRIX_FIXTURES=1 ...          (make test-matrix: also capture sacct/scontrol/squeue fixtures)
 #   GLM_MATRIX_ONLY="bench" ...        (only those stages; the others show "-")
 #   GLM_MATRIX_FAULTS="test_01 or ..." (the fault cases to run: a pytest -k expression; default FAULTS below;
@@ -27,9 +27,9 @@
 # Logs: tests/output/matrix/RELEASE-STAGE.log; figures: tests/output/matrix/RELEASE-bench.json. Exits 1 if a stage
 # failed (the table says which).
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+cd "$(dirname "$0")/../../.." || exit 1
 REPO=$PWD
-CLUSTER=$REPO/tests/cluster/cluster.sh
+CLUSTER=$REPO/tests/tooling/cluster/cluster.sh
 OUT=$REPO/tests/output/matrix
 FIXTURES=$REPO/tests/unit/plugins/module_utils/fixtures
 BIN=$REPO/.venv/bin

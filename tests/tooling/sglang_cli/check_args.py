@@ -4,9 +4,9 @@
 """Check an SGLang server command line with the REAL SGLang 0.5.21 parser (or with the stand-in's, to compare).
 
 Usage:
-    .venv-sglang/bin/python tests/sglang_cli/check_args.py [--parser real|standin] -- ARG ...
+    .venv-sglang/bin/python tests/tooling/sglang_cli/check_args.py [--parser real|standin] -- ARG ...
         ARG ...: the arguments that follow `sglang.launch_server`.
-    .venv-sglang/bin/python tests/sglang_cli/check_args.py [--parser real|standin] --file SCRIPT
+    .venv-sglang/bin/python tests/tooling/sglang_cli/check_args.py [--parser real|standin] --file SCRIPT
         SCRIPT: a file holding the rendered `python3 -m sglang.launch_server ...` command, e.g. a serve.sbatch
         (both the seed's `bash -c '... exec python3 -m sglang.launch_server --a b'` form and the
         `bash -c '... exec python3 -m sglang.launch_server "$@"' sglang --a b` form are understood).
@@ -18,8 +18,8 @@ Prints `OK` and exits 0 when the parser accepts the command line; else prints th
 (`sglang serve: error: ...`, exit 2 like argparse) or the config merger's ValueError (exit 1).
 
 --parser real (default) imports sglang.srt.server_args.prepare_server_args from the venv made by
-tests/sglang_cli/setup.sh and calls ONLY that: it never calls launch_server, so nothing is served.
---parser standin uses the stand-in's parser (tests/cluster/standins/python/sglang/standin_args.py).
+tests/tooling/sglang_cli/setup.sh and calls ONLY that: it never calls launch_server, so nothing is served.
+--parser standin uses the stand-in's parser (tests/doubles/python/sglang/standin_args.py).
 
 Shell variables are left as they are ("$MODEL" stays the string $MODEL: the parser does not open the model), but
 for the variables Slurm sets in a job, which the parser types: $SLURM_NODEID (a multi-node server's --node-rank,
@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STANDIN_PYTHON = os.path.normpath(os.path.join(HERE, "..", "cluster", "standins", "python"))
+STANDIN_PYTHON = os.path.normpath(os.path.join(HERE, "..", "..", "doubles", "python"))
 MARKER = "sglang.launch_server"
 # what Slurm sets in a job on its first node, for the arguments the parser types (see the docstring)
 SLURM_SAMPLE = (("$SLURM_NODEID", "0"), ("$SLURMD_NODENAME", "node1"))

@@ -1,4 +1,4 @@
-"""Stand-in for the huggingface_hub Python package in the test cluster's container steps (standins/python is on
+"""Stand-in for the huggingface_hub Python package in the test cluster's container steps (the doubles' python/ folder is on
 their PYTHONPATH, as the image's site-packages would be): only what download.sbatch uses.
 
 STANDS FOR: HfApi().model_info(repo_id, revision=..., files_metadata=True), huggingface_hub 1.x (hf_api.py at v1.0.0

@@ -1,7 +1,8 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Helpers for the stand-in tests (tests/standins): run the stand-ins as subprocesses on 127.0.0.1, free ports, tmp dirs.
+"""Helpers for the stand-in tests (tests/doubles_tests): run the stand-ins as subprocesses on 127.0.0.1, free ports,
+tmp dirs, the seed guide's server command line and the API key the tests serve with.
 
 The stand-ins run under Debian's /usr/bin/python3 when it exists (the interpreter of the cluster's jobs,
 stdlib only), else under the interpreter running pytest.
@@ -17,12 +18,46 @@ import urllib.error
 import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-STANDINS = os.path.join(REPO, "tests", "cluster", "standins")
+STANDINS = os.path.join(REPO, "tests", "doubles")
 HF = os.path.join(STANDINS, "python", "hf_standin.py")
 HF_WRAPPER = os.path.join(STANDINS, "bin", "hf")
 STANDIN_PYTHONPATH = os.path.join(STANDINS, "python")
 PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 SEED_MODEL = "zai-org/GLM-5.3-Flash"
+
+sys.path.insert(0, os.path.join(REPO, "tests", "tooling", "sglang_cli"))
+import check_args  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+KEY = "0123abcd" * 6
+SEED_SERVE = """srun --container-image="$IMAGE" \\
+  --ntasks=1 --gres=gpu:8 --cpus-per-task="$SLURM_CPUS_ON_NODE" \\
+  bash -c 'unset NCCL_NET; exec python3 -m sglang.launch_server \\
+    --model-path "$MODEL" \\
+    --served-model-name glm-5.3-flash \\
+    --tp-size 8 \\
+    --ep-size 8 \\
+    --mem-fraction-static 0.75 \\
+    --kv-cache-dtype bfloat16 \\
+    --dsa-prefill-backend tilelang \\
+    --dsa-decode-backend tilelang \\
+    --moe-runner-backend deep_gemm \\
+    --reasoning-parser glm45 \\
+    --tool-call-parser glm47 \\
+    --api-key "$GLM_API_KEY" \\
+    --host 0.0.0.0 \\
+    --port 30000'
+"""
+STRAWBERRY = "How many times does the letter r appear in strawberry?"
+
+
+def seed_args(model_dir, port, **replace):
+    """The seed guide's server arguments, with $MODEL / $GLM_API_KEY filled in and a free port."""
+    args = check_args.extract_args(SEED_SERVE)
+    values = {"$MODEL": str(model_dir), "$GLM_API_KEY": KEY, "30000": str(port)}
+    args = [values.get(a, a) for a in args]
+    for flag, value in replace.items():
+        args[args.index("--" + flag.replace("_", "-")) + 1] = value
+    return args
 
 
 def standin_env(control_dir, **extra):

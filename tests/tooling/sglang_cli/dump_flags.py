@@ -3,12 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write the REAL SGLang server parser's flag table for the stand-in server.
 
-Run with the venv made by tests/sglang_cli/setup.sh (it needs the real sglang package):
+Run with the venv made by tests/tooling/sglang_cli/setup.sh (it needs the real sglang package):
 
-    .venv-sglang/bin/python tests/sglang_cli/dump_flags.py [OUT.json]
+    .venv-sglang/bin/python tests/tooling/sglang_cli/dump_flags.py [OUT.json]
 
-OUT defaults to tests/cluster/standins/python/sglang/real_flags.json. The stand-in
-(tests/cluster/standins/python/sglang/standin_args.py) rebuilds an argparse parser from that table, so
+OUT defaults to tests/doubles/python/sglang/real_flags.json. The stand-in
+(tests/doubles/python/sglang/standin_args.py) rebuilds an argparse parser from that table, so
 its flag names, aliases, nargs, types, choices and defaults are those of SGLang 0.5.21, with no guessing.
 Rerun after changing the SGLang version in setup.sh.
 """
@@ -19,7 +19,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_OUT = os.path.join(HERE, "..", "cluster", "standins", "python", "sglang", "real_flags.json")
+DEFAULT_OUT = os.path.join(HERE, "..", "..", "doubles", "python", "sglang", "real_flags.json")
 
 ACTION_KINDS = {
     "_StoreAction": "store",

@@ -2,9 +2,9 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-# Create a venv that holds the REAL SGLang 0.5.21 command-line parser, for tests/sglang_cli/check_args.py.
+# Create a venv that holds the REAL SGLang 0.5.21 command-line parser, for tests/tooling/sglang_cli/check_args.py.
 #
-# Usage: tests/sglang_cli/setup.sh [VENV_DIR]
+# Usage: tests/tooling/sglang_cli/setup.sh [VENV_DIR]
 #   VENV_DIR defaults to $SGLANG_CLI_VENV, else .venv-sglang in the repository root.
 #   PYTHON selects the interpreter (default: python3; SGLang 0.5.21 wheels are cp311).
 #
@@ -15,7 +15,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 VENV=${1:-${SGLANG_CLI_VENV:-$ROOT/.venv-sglang}}
 PYTHON=${PYTHON:-python3}
 SGLANG_VERSION=0.5.21

@@ -2,7 +2,8 @@
 # A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, three slurmd
 # (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each, partitions compute-h100 and compute-h200; node3: 8 CPUs,
 # 32 GiB, no GPU, partition cpu, for the router), a Pyxis stand-in SPANK plugin, and a
-# login user reached by real SSH. Run as root. See tests/cluster/README.md.
+# login user reached by real SSH. Run as root. See tests/tooling/cluster/README.md. The stand-ins it installs (the
+# doubles: hf, SGLang, nvidia-smi, the Pyxis SPANK plugin) are tests/doubles/.
 #
 #   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD...
 #
@@ -15,6 +16,9 @@ set -euo pipefail
 GLM_CLUSTER_DIR=${GLM_CLUSTER_DIR:-/var/lib/glm-cluster}
 D=$GLM_CLUSTER_DIR
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the doubles (tests/doubles): the stand-ins copied into the cluster, the Pyxis plugin's source; a root's copy of this
+# script's folder holds them in doubles/ (sync_files)
+if [ -d "$HERE/doubles" ]; then DOUBLES=$HERE/doubles; else DOUBLES=$(cd "$HERE/../.." && pwd)/doubles; fi
 RELEASE=${GLM_CLUSTER_RELEASE:-bookworm}
 # set (by the host side of this script) when this script runs inside a root
 IN_ROOT=${GLM_CLUSTER_IN_ROOT:-}
@@ -190,7 +194,7 @@ write_slurm_conf() {
   local n
   {
     cat <<EOF
-# Written by tests/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
+# Written by tests/tooling/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
 ClusterName=glm
 SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
@@ -239,7 +243,7 @@ EOF
   # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.
   # slurmstepd reads "export NAME=value" lines that the TaskProlog prints.
   # shellcheck disable=SC2016  # $PATH is expanded by the TaskProlog, not here
-  printf '#!/bin/sh\n# TaskProlog of the glm.serve local test cluster (written by tests/cluster/cluster.sh).\necho "export PATH=%s/standins/node-bin:$PATH"\n' "$D" |
+  printf '#!/bin/sh\n# TaskProlog of the glm.serve local test cluster (written by tests/tooling/cluster/cluster.sh).\necho "export PATH=%s/standins/node-bin:$PATH"\n' "$D" |
     write_if_changed "$D/etc/task_prolog.sh"
   chmod 0755 "$D/etc/task_prolog.sh"
 
@@ -277,7 +281,7 @@ accounting_conf() {
 write_slurmdbd_conf() {
   [ -n "$ACCOUNTING" ] || return 0
   write_if_changed "$D/etc/slurmdbd.conf" <<EOF
-# Written by tests/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
+# Written by tests/tooling/cluster/cluster.sh (glm.serve local test cluster). Do not edit by hand.
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCKET
 DbdHost=localhost
@@ -305,7 +309,7 @@ link_etc_conf() {
     cur=$(readlink "$target")
     [ "$cur" = "$CONF" ] && return 0
     # ours: a link to an earlier cluster dir's config (written by this script, or gone)
-    if [[ $cur == */glm-cluster*/etc/slurm.conf ]] || head -n 1 "$cur" 2>/dev/null | grep -q 'tests/cluster/cluster.sh'; then
+    if [[ $cur == */glm-cluster*/etc/slurm.conf ]] || head -n 1 "$cur" 2>/dev/null | grep -qF 'cluster.sh (glm.serve local test cluster)'; then
       ln -sfn "$CONF" "$target"
     else
       log "warning: $target links to $cur (not ours): left alone; use SLURM_CONF=$CONF"
@@ -318,7 +322,7 @@ link_etc_conf() {
 }
 
 build_plugin() {
-  local src=$HERE/spank/pyxis_standin.c so=$D/lib/pyxis_standin.so tmp
+  local src=$DOUBLES/pyxis/pyxis_standin.c so=$D/lib/pyxis_standin.so tmp
   [ -f "$src" ] || die "missing $src"
   if [ -f "$so" ] && [ "$so" -nt "$src" ]; then return 0; fi
   log "building $so"
@@ -373,7 +377,7 @@ write_sshd_config() {
   local sftp=/usr/lib/openssh/sftp-server
   [ -x "$sftp" ] || sftp=internal-sftp
   write_if_changed "$D/ssh/sshd_config" <<EOF
-# Written by tests/cluster/cluster.sh: the glm test cluster's login node.
+# Written by tests/tooling/cluster/cluster.sh: the glm test cluster's login node.
 Port $SSH_PORT
 ListenAddress $SSH_LISTEN
 HostKey $D/ssh/ssh_host_ed25519_key
@@ -478,7 +482,7 @@ installed() {
 # ---------------------------------------------------------------- start / stop
 
 copy_standins() {
-  local src=$HERE/standins new=$D/standins.new old=$D/standins.old
+  local src=$DOUBLES new=$D/standins.new old=$D/standins.old
   install -d -m 0755 "$D/control"
   if [ ! -d "$src" ]; then
     log "no $src: keeping $D/standins as it is"
@@ -487,6 +491,8 @@ copy_standins() {
   fi
   rm -rf "$new" "$old"
   cp -R "$src" "$new"
+  # the Pyxis plugin's source: built into lib/ (build_plugin), nothing a job runs
+  rm -rf "$new/pyxis"
   find "$new" -name __pycache__ -type d -prune -exec rm -rf {} +
   chown -R root:root "$new"
   chmod -R u+rwX,go+rX,go-w "$new"
@@ -763,7 +769,7 @@ export GLM_CLUSTER_LOGIN_HOME=$LOGIN_HOME
 export GLM_CLUSTER_LOGIN_UID=$(id -u "$LOGIN_USER" 2>/dev/null)
 export GLM_CLUSTER_LOGIN_GID=$(id -g "$LOGIN_USER" 2>/dev/null)
 export GLM_CLUSTER_SSH_ALIAS=glm-login
-export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../.." && pwd)/inventory/local
+export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../../.." && pwd)/inventory/local
 export SLURM_CONF=$CONF
 export GLM_CLUSTER_USER=$LOGIN_USER
 export GLM_CLUSTER_SSH_HOST=127.0.0.1
@@ -992,12 +998,14 @@ in_root_cluster() {
     /opt/glm-cluster/cluster.sh "$@"
 }
 
-# a copy of tests/cluster in the root (the plugin's source, the stand-ins, this script)
+# a copy in the root of this script's folder (tests/tooling/cluster) and of the doubles (tests/doubles: the stand-ins,
+# the plugin's source) in its doubles/
 sync_files() {
   local dst=$ROOT/opt/glm-cluster
   rm -rf "$dst.new"
   install -d -m 0755 "$ROOT/opt"
   cp -R --preserve=mode,timestamps "$HERE" "$dst.new"
+  cp -R --preserve=mode,timestamps "$DOUBLES" "$dst.new/doubles"
   find "$dst.new" -name __pycache__ -type d -prune -exec rm -rf {} +
   rm -rf "$dst.old"
   if [ -d "$dst" ]; then mv "$dst" "$dst.old"; fi
@@ -1112,7 +1120,7 @@ export GLM_CLUSTER_SSH_KEY=$HOST_D/ssh/id_ed25519
 export GLM_CLUSTER_KNOWN_HOSTS=$HOST_D/ssh/known_hosts
 export GLM_CLUSTER_SSH_CONFIG=$HOST_D/ssh/ssh_config_host
 export GLM_CLUSTER_SSH_ALIAS=$ROOT_SSH_ALIAS
-export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../.." && pwd)/inventory/$RELEASE
+export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../../.." && pwd)/inventory/$RELEASE
 export GLM_STANDIN_CONTROL=$HOST_D/control
 # slurm commands of the root: $0 exec CMD... (SLURM_CONF is set there)
 # ssh -F \$GLM_CLUSTER_SSH_CONFIG $ROOT_SSH_ALIAS

@@ -1,7 +1,7 @@
 """Stand-in for ``nvidia-smi`` on the test cluster's compute nodes, which have no GPU.
 
 It stands for the NVIDIA driver's ``nvidia-smi`` (driver 580.159.04, CUDA 13.0) on an 8-GPU H200 node, and
-prints exactly the formats captured on a real H200 (../../../../../shared/reference/captured/h200/, kept
+prints exactly the formats captured on a real H200 (../../../../shared/reference/captured/h200/, kept
 verbatim in ``nvidia_smi_captured/``): the default table, ``-q``, and ``--query-gpu=...`` /
 ``--query-compute-apps=...`` with ``--format=csv[,noheader][,nounits]``. Only the values that differ between
 the GPUs of a node (index, bus id, UUID, minor number, module id) and those the switches change are edited.

@@ -15,9 +15,8 @@ import os
 import pytest
 import yaml
 
-from standin_helpers import free_port, wait_for
-from test_router_launcher import REPO, ROUTER_PYTHON, Router, chat
-from test_sglang import seed_args
+from router_helpers import ROUTER_PYTHON, Router, chat
+from standin_helpers import REPO, free_port, seed_args, wait_for
 
 pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
                                 reason="no router venv: make .venv-router/.installed (make pytest makes it)")

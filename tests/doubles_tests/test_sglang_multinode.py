@@ -11,15 +11,12 @@ import time
 
 import pytest
 
-import test_sglang
-from standin_helpers import free_port, wait_for
-
-KEY = test_sglang.KEY
+from standin_helpers import KEY, STRAWBERRY, free_port, seed_args, wait_for
 
 
 def node_args(model_dir, rank, dist_port, nnodes=2, tp="16", port=None, host="127.0.0.1", dist_host="127.0.0.1", ep="8"):
     """The seed guide's server arguments for one node of a multi-node server."""
-    args = test_sglang.seed_args(model_dir, port or free_port(), host=host, tp_size=tp, ep_size=ep)
+    args = seed_args(model_dir, port or free_port(), host=host, tp_size=tp, ep_size=ep)
     return args + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", "%s:%d" % (dist_host, dist_port)]
 
 
@@ -57,7 +54,7 @@ def test_rank0_serves_only_after_rank1_joined(servers, model_dir):
     status, body = head.get("/v1/models", key=KEY)
     assert status == 200 and json.loads(body)["data"][0]["id"] == "glm-5.3-flash"
     assert head.get("/v1/models")[0] == 401
-    assert head.post("/v1/chat/completions", {"messages": [{"role": "user", "content": test_sglang.STRAWBERRY}]}, key=KEY)[0] == 200
+    assert head.post("/v1/chat/completions", {"messages": [{"role": "user", "content": STRAWBERRY}]}, key=KEY)[0] == 200
     # weights over all 16 GPUs of both nodes: 328 GB / 16 per GPU
     wait_for(lambda: "Dummy health check server started" in worker.out)
     for out in (head.out, worker.out):

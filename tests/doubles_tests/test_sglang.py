@@ -6,45 +6,10 @@
 import json
 import os
 import signal
-import sys
 
 import pytest
 
-from standin_helpers import free_port, http, wait_for
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sglang_cli"))
-import check_args  # noqa: E402  pylint: disable=wrong-import-position,import-error
-
-KEY = "0123abcd" * 6
-SEED_SERVE = """srun --container-image="$IMAGE" \\
-  --ntasks=1 --gres=gpu:8 --cpus-per-task="$SLURM_CPUS_ON_NODE" \\
-  bash -c 'unset NCCL_NET; exec python3 -m sglang.launch_server \\
-    --model-path "$MODEL" \\
-    --served-model-name glm-5.3-flash \\
-    --tp-size 8 \\
-    --ep-size 8 \\
-    --mem-fraction-static 0.75 \\
-    --kv-cache-dtype bfloat16 \\
-    --dsa-prefill-backend tilelang \\
-    --dsa-decode-backend tilelang \\
-    --moe-runner-backend deep_gemm \\
-    --reasoning-parser glm45 \\
-    --tool-call-parser glm47 \\
-    --api-key "$GLM_API_KEY" \\
-    --host 0.0.0.0 \\
-    --port 30000'
-"""
-STRAWBERRY = "How many times does the letter r appear in strawberry?"
-
-
-def seed_args(model_dir, port, **replace):
-    """The seed guide's server arguments, with $MODEL / $GLM_API_KEY filled in and a free port."""
-    args = check_args.extract_args(SEED_SERVE)
-    values = {"$MODEL": str(model_dir), "$GLM_API_KEY": KEY, "30000": str(port)}
-    args = [values.get(a, a) for a in args]
-    for flag, value in replace.items():
-        args[args.index("--" + flag.replace("_", "-")) + 1] = value
-    return args
+from standin_helpers import KEY, STRAWBERRY, free_port, http, seed_args, wait_for
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Cross-check: the REAL SGLang 0.5.21 parser and the stand-in's give the same verdict on the same command lines.
 
-Needs the venv made by tests/sglang_cli/setup.sh (default .venv-sglang in the repo root, or $SGLANG_CLI_VENV);
+Needs the venv made by tests/tooling/sglang_cli/setup.sh (default .venv-sglang in the repo root, or $SGLANG_CLI_VENV);
 skipped, with the reason, when it is missing. Only the parser is used: launch_server is never called.
 """
 
@@ -17,7 +17,7 @@ from standin_helpers import PYTHON, REPO
 
 VENV = os.environ.get("SGLANG_CLI_VENV") or os.path.join(REPO, ".venv-sglang")
 VENV_PYTHON = os.path.join(VENV, "bin", "python")
-CHECK_ARGS = os.path.join(REPO, "tests", "sglang_cli", "check_args.py")
+CHECK_ARGS = os.path.join(REPO, "tests", "tooling", "sglang_cli", "check_args.py")
 
 SEED_HEAD = """#!/bin/bash
 set -euo pipefail
@@ -130,7 +130,7 @@ def run_cases(python, parser, cases_file):
 
 def test_real_and_standin_parsers_agree(tmp_path):
     if not os.access(VENV_PYTHON, os.X_OK):
-        reason = "no real SGLang parser venv at %s: run tests/sglang_cli/setup.sh to make it" % VENV
+        reason = "no real SGLang parser venv at %s: run tests/tooling/sglang_cli/setup.sh to make it" % VENV
         print(reason)
         pytest.skip(reason)
     cases = make_cases(tmp_path)

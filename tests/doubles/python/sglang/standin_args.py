@@ -3,7 +3,7 @@
 STANDS FOR: sglang.srt.server_args.prepare_server_args (argparse prog "sglang serve") and
 sglang.srt.utils.server_args_config_parser.ConfigArgumentMerger (--config FILE.yaml).
 WHAT IT DOES: rebuilds the real argparse parser from real_flags.json, a table dumped from the real
-parser by tests/sglang_cli/dump_flags.py (same flag names and aliases, nargs, types, choices, defaults,
+parser by tests/tooling/sglang_cli/dump_flags.py (same flag names and aliases, nargs, types, choices, defaults,
 prefix abbreviations), so unknown flags and bad choices exit 2 with `sglang serve: error: ...` exactly
 as the real one does. --config is merged as the real merger does it: only the exact token `--config`
 is recognised, YAML keys become `--key value` placed BEFORE the command line (the command line wins),

@@ -9,7 +9,6 @@ files, requests reaching both, a clean stop. No Slurm: the cluster tests run the
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -17,70 +16,11 @@ import urllib.request
 
 import pytest
 
-from standin_helpers import free_port, http, wait_for
-from test_sglang import KEY, seed_args
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-LAUNCHER = os.path.join(REPO, "roles", "router", "files", "glm_router.py")
-ROUTER_PYTHON = os.environ.get("GLM_ROUTER_PYTHON") or os.path.join(REPO, ".venv-router", "bin", "python")
-CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+from router_helpers import CHAT, LAUNCHER, ROUTER_PYTHON, Router, chat
+from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
 pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
                                 reason="no router venv: make .venv-router/.installed (make pytest makes it)")
-
-
-class Router:
-    """glm_router.py in a subprocess, its files and the router's URLs."""
-
-    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=()):
-        self.key_file = tmp_path / "api-key"
-        if key is not None:
-            self.key_file.write_text(key + "\n", encoding="utf-8")
-            os.chmod(self.key_file, 0o600)
-        self.replicas = tmp_path / "replicas"
-        self.replicas.mkdir(exist_ok=True)
-        self.endpoint = tmp_path / "endpoint"
-        self.workers_file = tmp_path / "router-workers.json"
-        self.port, self.metrics_port = free_port(), free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.log_path = tmp_path / "router.log"
-        ours = ["--key-file", str(self.key_file), "--replicas-dir", str(self.replicas), "--endpoint-file", str(self.endpoint),
-                "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra)
-        theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
-                  "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"] + list(router_args)
-        argv = [ROUTER_PYTHON, LAUNCHER] + ours + ["--"] + theirs
-        with open(self.log_path, "w", encoding="utf-8") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-
-    @property
-    def log(self):
-        return re.sub(r"\x1b\[[0-9;]*m", "", self.log_path.read_text(encoding="utf-8"))
-
-    def workers(self):
-        status, body = http("GET", self.url + "/workers", key=KEY)
-        assert status == 200, (status, body)
-        return {w["url"]: w for w in json.loads(body)["workers"]}
-
-    def served(self):
-        """Requests the router passed to each worker (its own metric, per worker URL)."""
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=5).read().decode()
-        found = re.findall(r'^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} (\d+)', text, re.M)
-        return {url: int(count) for url, count in found}
-
-    def announce(self, name, server):
-        path = self.replicas / (name + ".url")
-        path.write_text(server.url + "\n", encoding="utf-8")
-        return path
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
@@ -93,10 +33,6 @@ def router(tmp_path):
     yield make
     for item in made:
         item.stop()
-
-
-def chat(url, key=KEY):
-    return http("POST", url + "/v1/chat/completions", key=key, body=CHAT)
 
 
 def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_dir, router):
