@@ -92,7 +92,7 @@ def report(paths):
     for path in paths:
         size, measured = measure(path)
         sizes.append((size, path))
-        rows += [(figure, what, '%s:%d' % (path, line), name) for line, name, what, figure, _ in measured]
+        rows += [(figure, what, '%s:%d' % (path, line), name) for line, name, what, figure, unused_limit in measured]
     for size, path in sorted(sizes, reverse=True):
         print('%5d lines  %s' % (size, path))
     for figure, what, where, name in sorted(rows, key=lambda row: (row[1], -row[0], row[2])):
