@@ -32,12 +32,12 @@ SIZED = 'plugins'
 PATTERNS = ('plugins/**/*.py', 'roles/*/files/**/*.py')
 
 
-def files():
+def files(root=ROOT):
     """The Python files the guard reads, relative to the root, sorted."""
     found = set()
     for pattern in PATTERNS:
-        found.update(glob.glob(os.path.join(ROOT, pattern), recursive=True))
-    return sorted(os.path.relpath(path, ROOT) for path in found)
+        found.update(glob.glob(os.path.join(root, pattern), recursive=True))
+    return sorted(os.path.relpath(path, root) for path in found)
 
 
 def function_lengths(tree):
@@ -59,26 +59,26 @@ def function_lengths(tree):
     return found
 
 
-def complexities(tree, path):
+def complexities(tree):
     """(line, name, complexity) of every function and method as mccabe counts them."""
     visitor = mccabe.PathGraphingAstVisitor()
     visitor.preorder(tree, visitor)
     return [(graph.lineno, graph.entity, graph.complexity()) for graph in visitor.graphs.values()]
 
 
-def measure(path):
+def measure(path, root=ROOT):
     """(file lines, [(line, name, what, figure, limit)]) of one file, every function measured."""
-    with open(os.path.join(ROOT, path), encoding='utf-8') as handle:
+    with open(os.path.join(root, path), encoding='utf-8') as handle:
         text = handle.read()
     tree = ast.parse(text, filename=path)
     rows = [(line, name, 'lines', length, MAX_FUNCTION_LINES) for line, name, length in function_lengths(tree)]
-    rows += [(line, name, 'complexity', value, MAX_COMPLEXITY) for line, name, value in complexities(tree, path)]
+    rows += [(line, name, 'complexity', value, MAX_COMPLEXITY) for line, name, value in complexities(tree)]
     return len(text.splitlines()), rows
 
 
-def findings(path):
+def findings(path, root=ROOT):
     """The lines of one file that break a limit."""
-    size, rows = measure(path)
+    size, rows = measure(path, root)
     out = ['%s:%d: %s: %s %d, over the limit of %d' % (path, line, name, what, figure, limit)
            for line, name, what, figure, limit in sorted(rows) if figure > limit]
     if path.startswith(SIZED + os.sep) and size > MAX_FILE_LINES:
@@ -86,11 +86,11 @@ def findings(path):
     return out
 
 
-def report(paths):
+def report(paths, root=ROOT):
     """Every file's size and every function's length and complexity, largest first."""
     sizes, rows = [], []
     for path in paths:
-        size, measured = measure(path)
+        size, measured = measure(path, root)
         sizes.append((size, path))
         rows += [(figure, what, '%s:%d' % (path, line), name) for line, name, what, figure, unused_limit in measured]
     for size, path in sorted(sizes, reverse=True):
@@ -104,12 +104,13 @@ def main(argv=None):
     parser.add_argument('--skip', nargs='*', default=[], metavar='FILE',
                         help='files (relative to the root) not checked, e.g. while another change splits them')
     parser.add_argument('--report', action='store_true', help='list every figure instead of checking the limits')
+    parser.add_argument('--root', default=ROOT, help='the tree to read (default: this repository)')
     args = parser.parse_args(argv)
-    paths = [path for path in files() if path not in set(args.skip)]
+    paths = [path for path in files(args.root) if path not in set(args.skip)]
     if args.report:
-        report(paths)
+        report(paths, args.root)
         return 0
-    out = [line for path in paths for line in findings(path)]
+    out = [line for path in paths for line in findings(path, args.root)]
     for line in out:
         print(line)
     skipped = ' (skipped: %s)' % ', '.join(args.skip) if args.skip else ''
