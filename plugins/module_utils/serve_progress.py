@@ -174,6 +174,29 @@ def _queued(job, now):
     return text
 
 
+# the line of each stage of a running server job (server_stage), with where it runs
+RUNNING_LINES = {
+    'starting': 'starting: %s (the container and SGLang start)',
+    'loading': 'loading the weights: %s',
+    'capturing': 'capturing CUDA graphs: %s',
+    'warming': 'warming up: the HTTP server is up, its first request runs: %s',
+    'ready': 'ready soon: the server says it is ready, waiting for its answer: %s',
+}
+
+
+def _not_started(server, parents, now):
+    """(phase, line) of a server job that has not started, when no parent job runs or waits."""
+    state = server.get('state')
+    if state == 'PENDING' and server.get('reason') == sp.DEPENDENCY and parents:
+        ended = [p for p in parents if p.get('state') in sp.TERMINAL_STATES]
+        return 'queued', 'queued: job %s (%s) waits for %s' % (server.get('job_id'), server.get('name'), ', '.join(
+            '%s (%s)' % (p.get('job_id'), p.get('state') or '?') for p in (ended or parents)))
+    if not server.get('job_id'):
+        return 'none', 'no server job' + (
+            ': the download %s is %s' % (_where(parents[-1]), parents[-1].get('state')) if parents else '')
+    return 'queued', _queued(server, now) if state else 'submitted: job %s (%s)' % (server.get('job_id'), server.get('name'))
+
+
 class Progress:
     """The progress line of a chain ``[download..., server]`` (the last row is the job waited for).
 
@@ -219,28 +242,9 @@ class Progress:
             return out
         state = server.get('state')
         if state in sp.TERMINAL_STATES:
-            out['phase'], out['line'] = 'ended', 'ended: job %s (%s) is %s' % (server.get('job_id'), server.get('name'), state)
-            idle = [m.group(1) for m in (IDLE_STOP_RE.search(line) for line in _lines(self.read_log(server))) if m]
-            if idle:
-                out['line'] = 'ended: job %s (%s) stopped after %s idle (server_idle_timeout); deploy again to start it' % (
-                    server.get('job_id'), server.get('name'), idle[-1])
-            return out
+            return self._ended(out, server)
         if state == 'RUNNING':
-            phase, detail = server_stage(self.read_log(server))
-            phase = phase or 'starting'
-            texts = {
-                'starting': 'starting: %s (the container and SGLang start)',
-                'loading': 'loading the weights: %s',
-                'capturing': 'capturing CUDA graphs: %s',
-                'warming': 'warming up: the HTTP server is up, its first request runs: %s',
-                'ready': 'ready soon: the server says it is ready, waiting for its answer: %s',
-            }
-            line = texts[phase] % _where(server)
-            if phase == 'loading' and detail and figures:
-                line = 'loading the weights: %s (%s)' % (detail, _where(server))
-            out['phase'] = 'warming' if phase == 'ready' else phase
-            out['line'] = line
-            return out
+            return self._running(out, server, figures)
         # the server job is not running yet: a running parent (the download) tells more
         for parent in parents:
             if parent.get('state') == 'RUNNING':
@@ -248,18 +252,25 @@ class Progress:
             if parent.get('state') == 'PENDING':
                 out['phase'], out['line'] = 'queued', _queued(parent, now)
                 return out
-        if state == 'PENDING' and server.get('reason') == sp.DEPENDENCY and parents:
-            ended = [p for p in parents if p.get('state') in sp.TERMINAL_STATES]
-            out['phase'] = 'queued'
-            out['line'] = 'queued: job %s (%s) waits for %s' % (server.get('job_id'), server.get('name'), ', '.join(
-                '%s (%s)' % (p.get('job_id'), p.get('state') or '?') for p in (ended or parents)))
-            return out
-        if not server.get('job_id'):
-            out['phase'], out['line'] = 'none', 'no server job' + (
-                ': the download %s is %s' % (_where(parents[-1]), parents[-1].get('state')) if parents else '')
-            return out
-        out['phase'] = 'queued'
-        out['line'] = _queued(server, now) if state else 'submitted: job %s (%s)' % (server.get('job_id'), server.get('name'))
+        out['phase'], out['line'] = _not_started(server, parents, now)
+        return out
+
+    def _ended(self, out, server):
+        out['phase'], out['line'] = 'ended', 'ended: job %s (%s) is %s' % (server.get('job_id'), server.get('name'), server.get('state'))
+        idle = [m.group(1) for m in (IDLE_STOP_RE.search(line) for line in _lines(self.read_log(server))) if m]
+        if idle:
+            out['line'] = 'ended: job %s (%s) stopped after %s idle (server_idle_timeout); deploy again to start it' % (
+                server.get('job_id'), server.get('name'), idle[-1])
+        return out
+
+    def _running(self, out, server, figures):
+        phase, detail = server_stage(self.read_log(server))
+        phase = phase or 'starting'
+        line = RUNNING_LINES[phase] % _where(server)
+        if phase == 'loading' and detail and figures:
+            line = 'loading the weights: %s (%s)' % (detail, _where(server))
+        out['phase'] = 'warming' if phase == 'ready' else phase
+        out['line'] = line
         return out
 
     def _download(self, out, job, figures, now):

@@ -15,6 +15,16 @@ __metaclass__ = type
 import re
 import time
 
+from ansible_collections.glm.serve.plugins.module_utils import job_output
+
+# A job's output file (its path, error lines, secrets masked, its tail) is job_output's concern; these names stay
+# here for the callers that still ask slurm_parse for them.
+expand_output_pattern = job_output.expand_output_pattern
+ERROR_LINE_RE = job_output.ERROR_LINE_RE
+REDACTED = job_output.REDACTED
+redact = job_output.redact
+tail_lines = job_output.tail_lines
+
 # ---------------------------------------------------------------------------------------------
 # Job states
 # ---------------------------------------------------------------------------------------------
@@ -220,37 +230,40 @@ def parse_sacct(text, fields=SACCT_FIELDS):
             continue
         raw = dict(zip(fields, parts))
         job_id = raw['JobID'].strip()
-        if not job_id or '.' in job_id:
-            continue
-
-        def field(name, unset=None):
-            """The field's value, None when blank, "None", "N/A"... or the field's own word for unset."""
-            value = _clean(raw.get(name, ''))
-            return None if value == unset else value
-        state = field('State')
-        cancelled = _CANCELLED_BY_RE.match(state or '')
-        jobs.append({
-            'job_id': job_id,
-            'name': field('JobName'),
-            'user': field('User'),
-            'state': 'CANCELLED' if cancelled else (state.split()[0] if state else None),
-            'cancelled_by': cancelled.group(1) if cancelled else None,
-            'reason': field('Reason'),
-            'nodes': field('NodeList', 'None assigned'),
-            'partition': field('Partition'),
-            'elapsed': field('Elapsed'),
-            'time_limit': field('Timelimit'),
-            'end_time': field('End', 'Unknown'),
-            'start_time': field('Start', 'Unknown'),
-            'submit_time': field('Submit'),
-            'work_dir': field('WorkDir'),
-            'exit_code': field('ExitCode'),
-            'restarts': field('Restarts'),
-            'dependency': None,
-            'output_path': None,
-            'source': 'accounting',
-        })
+        if job_id and '.' not in job_id:
+            jobs.append(_sacct_job(job_id, raw))
     return jobs
+
+
+def _sacct_job(job_id, raw):
+    """The job dict of one line of sacct, RAW its fields by name."""
+    def field(name, unset=None):
+        """The field's value, None when blank, "None", "N/A"... or the field's own word for unset."""
+        value = _clean(raw.get(name, ''))
+        return None if value == unset else value
+    state = field('State')
+    cancelled = _CANCELLED_BY_RE.match(state or '')
+    return {
+        'job_id': job_id,
+        'name': field('JobName'),
+        'user': field('User'),
+        'state': 'CANCELLED' if cancelled else (state.split()[0] if state else None),
+        'cancelled_by': cancelled.group(1) if cancelled else None,
+        'reason': field('Reason'),
+        'nodes': field('NodeList', 'None assigned'),
+        'partition': field('Partition'),
+        'elapsed': field('Elapsed'),
+        'time_limit': field('Timelimit'),
+        'end_time': field('End', 'Unknown'),
+        'start_time': field('Start', 'Unknown'),
+        'submit_time': field('Submit'),
+        'work_dir': field('WorkDir'),
+        'exit_code': field('ExitCode'),
+        'restarts': field('Restarts'),
+        'dependency': None,
+        'output_path': None,
+        'source': 'accounting',
+    }
 
 
 def parse_time(value):
@@ -450,83 +463,3 @@ def sbatch_hint(stderr):
         if pattern.lower() in text:
             return hint
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Output files
-# ---------------------------------------------------------------------------------------------
-
-_PATTERN_RE = re.compile(r'%(%|\d*[A-Za-z])')
-
-
-def expand_output_pattern(pattern, job_id, name, user, work_dir):
-    """Expand the job-level ``%`` patterns of an --output path (``%j %x %u %A %%``).
-
-    Returns None when the pattern holds node- or task-level codes (``%N %n %t %s %a``...), which
-    only the node knows.
-    """
-    if not pattern:
-        return None
-    values = {'j': str(job_id), 'J': str(job_id), 'A': str(job_id), 'x': name or '', 'u': user or '', '%': '%'}
-    unknown = []
-
-    def repl(match):
-        code = match.group(1)
-        if code == '%':
-            return '%'
-        width = code[:-1]
-        letter = code[-1]
-        if letter not in values:
-            unknown.append(letter)
-            return match.group(0)
-        value = values[letter]
-        if width and letter in 'jJA':
-            value = value.zfill(int(width))
-        return value
-
-    path = _PATTERN_RE.sub(repl, pattern)
-    if unknown:
-        return None
-    if not path.startswith('/') and work_dir:
-        path = work_dir.rstrip('/') + '/' + path
-    return path
-
-
-#: Lines of a job's output that make the waiter ask Slurm at once instead of waiting for the backoff.
-ERROR_LINE_RE = re.compile(
-    r'Traceback \(most recent call last\)|\bError\b|\bERROR\b|srun: error|slurmstepd: error|error:|'
-    r'\bKilled\b|CANCELLED AT|DUE TO TIME LIMIT|Out Of Memory|oom[-_]kill|Segmentation fault|core dumped|'
-    r'Exited with exit code'
-)
-
-_SECRET_RES = (
-    re.compile(r'''(api[_-]?key['"]?\s*[=:]\s*['"]?)([^'"\s,)}]+)''', re.IGNORECASE),
-    re.compile(r'''(--api-key[= ]['"]?)([^'"\s]+)''', re.IGNORECASE),
-    re.compile(r'''(Bearer\s+)([A-Za-z0-9._~+/=-]+)'''),
-    re.compile(r'''((?:token|secret|password)['"]?\s*[=:]\s*['"]?)([^'"\s,)}]+)''', re.IGNORECASE),
-)
-
-REDACTED = '********'
-
-
-def redact(text, secrets=()):
-    """Remove secrets from text before it reaches a result, an exception or a log.
-
-    Known secret values are replaced wherever they appear; ``api_key=...``, ``--api-key ...``,
-    ``Bearer ...``, ``token=...`` style assignments are masked whatever their value (SGLang prints its
-    server arguments, key included, in the job's log).
-    """
-    if not text:
-        return text
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    for regex in _SECRET_RES:
-        text = regex.sub(lambda m: m.group(1) + REDACTED, text)
-    return text
-
-
-def tail_lines(data, count=20, max_line=400):
-    """The last ``count`` lines of ``data`` (str), each cut to ``max_line`` characters."""
-    lines = data.splitlines()[-count:]
-    return [line if len(line) <= max_line else line[:max_line] + '...' for line in lines]

@@ -109,7 +109,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
-from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils import job_output
 from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
 
 MAX_READ = 1024 * 1024
@@ -148,6 +148,40 @@ def read_from(path, offset):
     return text.splitlines(), offset + end + 1, size
 
 
+def secrets_of(key_file):
+    """The strings to mask in the lines besides the patterns: the API key of KEY_FILE, when it reads."""
+    if not key_file:
+        return ()
+    try:
+        return (mp.read_key(key_file),)
+    except mp.KeyFileError:
+        return ()                      # no key to mask beyond the patterns: nothing to leak either
+
+
+def output_file(module, params):
+    """(job_id, path) of the output file asked for: job_id's, which must exist, or the newest; (None, None)."""
+    if not params['job_id']:
+        return newest(params['chdir'], params['name'])
+    job_id = params['job_id']
+    path = os.path.join(params['chdir'], '%s-%s.out' % (params['name'], job_id))
+    if not os.path.isfile(path):
+        module.fail_json(msg='%s does not exist: job %s of %s has no output file in %s' % (
+            path, job_id, params['name'], params['chdir']))
+    return job_id, path
+
+
+def follow(path, offset, wait):
+    """(the complete lines after OFFSET, new offset, size), read again until WAIT seconds have passed."""
+    deadline = time.time() + max(wait, 0)
+    lines = []
+    while True:
+        more, offset, size = read_from(path, offset)
+        lines += more
+        if time.time() >= deadline:
+            return lines, offset, size
+        time.sleep(min(0.5, max(deadline - time.time(), 0)))
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         name=dict(type='str', required=True),
@@ -159,20 +193,8 @@ def main():
         key_file=dict(type='path', no_log=False),
     ), supports_check_mode=True)
     params = module.params
-    secrets = ()
-    if params['key_file']:
-        try:
-            secrets = (mp.read_key(params['key_file']),)
-        except mp.KeyFileError:
-            secrets = ()               # no key to mask beyond the patterns: nothing to leak either
-    if params['job_id']:
-        job_id = params['job_id']
-        path = os.path.join(params['chdir'], '%s-%s.out' % (params['name'], job_id))
-        if not os.path.isfile(path):
-            module.fail_json(msg='%s does not exist: job %s of %s has no output file in %s' % (
-                path, job_id, params['name'], params['chdir']))
-    else:
-        job_id, path = newest(params['chdir'], params['name'])
+    secrets = secrets_of(params['key_file'])
+    job_id, path = output_file(module, params)
     result = dict(changed=False, path=path, job_id=job_id, lines=[], offset=params['offset'] or 0, size=0)
     if path is None:
         module.exit_json(**result)
@@ -182,15 +204,8 @@ def main():
         unused_lines, offset, size = read_from(path, max(0, size - 4096))
         result.update(lines=read_tail(path, count=params['lines'], secrets=secrets, chunk=MAX_READ), offset=offset, size=size)
         module.exit_json(**result)
-    deadline = time.time() + max(params['wait'], 0)
-    lines, offset = [], params['offset']
-    while True:
-        more, offset, size = read_from(path, offset)
-        lines += more
-        if time.time() >= deadline:
-            break
-        time.sleep(min(0.5, max(deadline - time.time(), 0)))
-    result.update(lines=[sp.redact(line, secrets) for line in lines], offset=offset, size=size)
+    lines, offset, size = follow(path, params['offset'], params['wait'])
+    result.update(lines=[job_output.redact(line, secrets) for line in lines], offset=offset, size=size)
     module.exit_json(**result)
 
 

@@ -118,9 +118,63 @@ def nearest_existing(path):
     return path
 
 
-def main(model_dir, image, repo, revision=""):
-    record, record_why = read_record(model_dir, repo, revision)
-    state = {
+def wanted_weights(model_dir):
+    """(index present, index error or "", the weight files the model needs): those model.safetensors.index.json's
+    weight_map names, or model.safetensors when there is no index."""
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        try:
+            with open(index_path, encoding="utf-8") as handle:
+                return True, "", set(json.load(handle)["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return True, "%s: %s" % (type(exc).__name__, exc), set()
+    if os.path.isfile(os.path.join(model_dir, "model.safetensors")):
+        return False, "", {"model.safetensors"}
+    return False, "", set()
+
+
+def walk_tree(model_dir):
+    """(bytes of the files under MODEL_DIR, their ".incomplete" files relative to it, sorted)."""
+    present, incomplete = 0, []
+    for root, _dirs, files in os.walk(model_dir):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                present += os.path.getsize(full)
+            except OSError:
+                pass
+            if name.endswith(".incomplete"):
+                incomplete.append(os.path.relpath(full, model_dir))
+    return present, sorted(incomplete)
+
+
+def weights_why(state, record_why, verify_why, files_whole):
+    """Why the weights are not complete ("" when they are), from the record, its verification and the files."""
+    record = state["record"]
+    if state["weights_complete"]:
+        return ""
+    if record and files_whole and verify_why:
+        return verify_why
+    if record and files_whole:
+        return "%d files are not what was checked against the Hub's checksums (%s): the download job checks them and fetches the bad ones again" % (
+            state["unverified_count"], "; ".join(state["unverified"][:3]))
+    if record_why and files_whole:
+        return record_why + ": the download runs again and hf skips the files already there"
+    if record_why:
+        return record_why
+    return "files of the recorded download are gone: %d weight files missing, %d partial" % (
+        state["missing_count"], state["incomplete_count"])
+
+
+def listed(state, key, names):
+    """STATE[KEY] the first LIST_MAX of NAMES, STATE[KEY_count] how many they are."""
+    state[key] = names[:LIST_MAX]
+    state[key + "_count"] = len(names)
+
+
+def initial_state(model_dir, image, record, record_why):
+    """The report before any file is looked at (the order of its keys is the JSON's)."""
+    return {
         "record": record,
         "record_why": record_why,
         "model_dir": model_dir,
@@ -139,67 +193,31 @@ def main(model_dir, image, repo, revision=""):
         "unverified": [],
         "unverified_count": 0,
     }
-    verify_why = ""
-    if record:
-        verify_why, unverified = verification_problems(model_dir, record)
-        state["unverified"] = unverified[:LIST_MAX]
-        state["unverified_count"] = len(unverified)
+
+
+def main(model_dir, image, repo, revision=""):
+    record, record_why = read_record(model_dir, repo, revision)
+    state = initial_state(model_dir, image, record, record_why)
+    verify_why, unverified = verification_problems(model_dir, record) if record else ("", [])
+    listed(state, "unverified", unverified)
     if os.path.isfile(image):
         state["present_bytes"] += os.path.getsize(image)
         state["image_problem"] = image_problem(image)
         state["image_present"] = not state["image_problem"]
-
-    index_path = os.path.join(model_dir, "model.safetensors.index.json")
-    wanted = set()
-    if os.path.isfile(index_path):
-        state["index_present"] = True
-        try:
-            with open(index_path, encoding="utf-8") as handle:
-                wanted = set(json.load(handle)["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            state["index_error"] = "%s: %s" % (type(exc).__name__, exc)
-    elif os.path.isfile(os.path.join(model_dir, "model.safetensors")):
-        wanted = {"model.safetensors"}
+    state["index_present"], state["index_error"], wanted = wanted_weights(model_dir)
     state["weight_files"] = len(wanted)
-
-    missing = sorted(name for name in wanted if not os.path.isfile(os.path.join(model_dir, name)))
-    state["missing"] = missing[:LIST_MAX]
-    state["missing_count"] = len(missing)
-
-    incomplete = []
-    for root, _dirs, files in os.walk(model_dir):
-        for name in files:
-            full = os.path.join(root, name)
-            try:
-                state["present_bytes"] += os.path.getsize(full)
-            except OSError:
-                pass
-            if name.endswith(".incomplete"):
-                incomplete.append(os.path.relpath(full, model_dir))
-    incomplete.sort()
-    state["incomplete"] = incomplete[:LIST_MAX]
-    state["incomplete_count"] = len(incomplete)
-
+    listed(state, "missing", sorted(name for name in wanted if not os.path.isfile(os.path.join(model_dir, name))))
+    present, incomplete = walk_tree(model_dir)
+    state["present_bytes"] += present
+    listed(state, "incomplete", incomplete)
     stats = os.statvfs(nearest_existing(model_dir))
     state["free_bytes"] = stats.f_bavail * stats.f_frsize
 
-    files_whole = bool(state["config_present"] and wanted and not state["index_error"] and not missing and not incomplete)
+    files_whole = bool(state["config_present"] and wanted and not state["index_error"]
+                       and not state["missing_count"] and not incomplete)
     verified = bool(record) and not verify_why and not state["unverified_count"]
     state["weights_complete"] = bool(record) and files_whole and verified
-    if state["weights_complete"]:
-        state["why"] = ""
-    elif record and files_whole and verify_why:
-        state["why"] = verify_why
-    elif record and files_whole:
-        state["why"] = "%d files are not what was checked against the Hub's checksums (%s): the download job checks them and fetches the bad ones again" % (
-            state["unverified_count"], "; ".join(state["unverified"][:3]))
-    elif record_why and files_whole:
-        state["why"] = record_why + ": the download runs again and hf skips the files already there"
-    elif record_why:
-        state["why"] = record_why
-    else:
-        state["why"] = "files of the recorded download are gone: %d weight files missing, %d partial" % (
-            len(missing), len(incomplete))
+    state["why"] = weights_why(state, record_why, verify_why, files_whole)
     if state["image_problem"]:
         state["why"] = "; ".join(w for w in (state["why"], "the image %s is broken: %s; it is saved again" % (
             image, state["image_problem"])) if w)

@@ -148,31 +148,34 @@ def check_one(model_dir, path, want):
     return "" if actual == expected else "checksum %s, the Hub's is %s" % (actual, expected)
 
 
-def verify(model_dir, listing_path, threads, only=(), checked_path=""):
-    with open(listing_path, encoding="utf-8") as handle:
-        known = json.load(handle)
-    files, commit = known["files"], known.get("commit")
-    checked = {}
-    if checked_path:
-        try:
-            with open(checked_path, encoding="utf-8") as handle:
-                before = json.load(handle)
-            if before.get("commit") == commit and isinstance(before.get("files"), dict):
-                checked = before["files"]
-        except (OSError, ValueError, AttributeError):
-            pass                                            # none yet, or unreadable: every file is hashed
-    names = sorted(only) if only else sorted(files)
+def read_checked(checked_path, commit):
+    """The files an earlier check of COMMIT found good ({PATH: {"size", "mtime_ns"}}), {} when there is none."""
+    if not checked_path:
+        return {}
+    try:
+        with open(checked_path, encoding="utf-8") as handle:
+            before = json.load(handle)
+        if before.get("commit") == commit and isinstance(before.get("files"), dict):
+            return before["files"]
+    except (OSError, ValueError, AttributeError):
+        pass                                                # none yet, or unreadable: every file is hashed
+    return {}
+
+
+def stat_all(model_dir, names):
+    """{NAME: os.stat} of the files of NAMES that are under MODEL_DIR."""
     stats = {}
-    for name in files:
+    for name in names:
         try:
             stats[name] = os.stat(os.path.join(model_dir, name))
         except OSError:
             pass
-    skip = set(name for name in names if name in stats and same_stat(checked.get(name), stats[name])
-               and files[name].get("size") in (None, stats[name].st_size))
-    todo = [name for name in names if name not in skip]
-    started = time.time()
+    return stats
 
+
+def hash_files(model_dir, files, stats, todo, threads):
+    """{NAME: (why, os.stat after the hash or None)} of the files of TODO, hashed with THREADS threads: why is "" when
+    the file has the Hub's size and checksum and did not change while it was hashed, None when it is not there."""
     def one(name):
         why = check_one(model_dir, name, files.get(name, {}))
         try:
@@ -184,15 +187,12 @@ def verify(model_dir, listing_path, threads, only=(), checked_path=""):
         return why, after
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = dict(zip(todo, pool.map(one, todo)))
-    whys = [("" if name in skip else results[name][0]) for name in names]
-    bad = [{"path": name, "why": why} for name, why in zip(names, whys) if why]
-    if only:
-        bad += [{"path": name, "why": "missing"} for name, why in zip(names, whys) if why is None]
-    for item in bad:
-        sys.stderr.write("[glm.serve] checksum check: %s: %s\n" % (item["path"], item["why"]))
-    # What holds now: the files hashed good just now, with their stat after the hash; the others of an earlier check
-    # of this commit whose size and mtime are still those.
+        return dict(zip(todo, pool.map(one, todo)))
+
+
+def still_good(files, results, stats, checked):
+    """What holds now: the files hashed good just now, with their stat after the hash; the others of an earlier check
+    of this commit whose size and mtime are still those."""
     now = {}
     for name in files:
         if name in results:
@@ -201,11 +201,38 @@ def verify(model_dir, listing_path, threads, only=(), checked_path=""):
                 now[name] = {"size": after.st_size, "mtime_ns": after.st_mtime_ns}
         elif name in stats and same_stat(checked.get(name), stats[name]):
             now[name] = {"size": stats[name].st_size, "mtime_ns": stats[name].st_mtime_ns}
+    return now
+
+
+def write_checked(checked_path, commit, listing_path, now):
+    """CHECKED_PATH written atomically: what this check of COMMIT found good."""
+    partial = "%s.%d" % (checked_path, os.getpid())
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump({"commit": commit, "listing": os.path.basename(listing_path), "files": now}, handle, sort_keys=True)
+    os.replace(partial, checked_path)
+
+
+def verify(model_dir, listing_path, threads, only=(), checked_path=""):
+    with open(listing_path, encoding="utf-8") as handle:
+        known = json.load(handle)
+    files, commit = known["files"], known.get("commit")
+    checked = read_checked(checked_path, commit)
+    names = sorted(only) if only else sorted(files)
+    stats = stat_all(model_dir, files)
+    skip = set(name for name in names if name in stats and same_stat(checked.get(name), stats[name])
+               and files[name].get("size") in (None, stats[name].st_size))
+    todo = [name for name in names if name not in skip]
+    started = time.time()
+    results = hash_files(model_dir, files, stats, todo, threads)
+    whys = [("" if name in skip else results[name][0]) for name in names]
+    bad = [{"path": name, "why": why} for name, why in zip(names, whys) if why]
+    if only:
+        bad += [{"path": name, "why": "missing"} for name, why in zip(names, whys) if why is None]
+    for item in bad:
+        sys.stderr.write("[glm.serve] checksum check: %s: %s\n" % (item["path"], item["why"]))
+    now = still_good(files, results, stats, checked)
     if checked_path:
-        partial = "%s.%d" % (checked_path, os.getpid())
-        with open(partial, "w", encoding="utf-8") as handle:
-            json.dump({"commit": commit, "listing": os.path.basename(listing_path), "files": now}, handle, sort_keys=True)
-        os.replace(partial, checked_path)
+        write_checked(checked_path, commit, listing_path, now)
     total = sum(stats[name].st_size for name in todo if name in stats)
     seconds = time.time() - started
     hashed = len([name for name in todo if results[name][0] is not None])

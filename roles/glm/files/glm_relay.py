@@ -131,17 +131,21 @@ def serve(server, target):
         worker.start()
 
 
-def main(argv):
+def parse_args(argv):
+    """(port, (host, port)) of the command line, or None when it is wrong (said on stderr)."""
     if len(argv) != 2 or not argv[0].isdigit() or ':' not in argv[1]:
         say('usage: glm_relay.py PORT HOST:PORT  (listen on 127.0.0.1:PORT of the login node, relay to HOST:PORT)')
-        return EX_USAGE
+        return None
     port = int(argv[0])
     host, _sep, target_port = argv[1].rpartition(':')
     if not host or not target_port.isdigit() or not 0 < port < 65536 or not 0 < int(target_port) < 65536:
         say('usage: glm_relay.py PORT HOST:PORT  (ports from 1 to 65535)')
-        return EX_USAGE
-    target = (host, int(target_port))
+        return None
+    return port, (host, int(target_port))
 
+
+def listen(port):
+    """A socket listening on 127.0.0.1:PORT, or None when the port is taken (said on stderr, with a free one)."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -156,30 +160,25 @@ def main(argv):
         say('127.0.0.1:%d on this login node is taken (%s; %s): nothing relayed, this ssh ends. Pick another '
             'port: glm_relay_port=%s in the inventory (or -e to glm.serve.status, which prints the line for it)%s.'
             % (port, err.strerror or err, who, other or 'N', ' (%d is free now)' % other if other else ''))
-        return EX_TEMPFAIL
+        return None
+    return server
 
-    def stop(*_args):
-        os._exit(0)
 
-    # SIGPIPE stays ignored, as Python sets it: a client that goes away mid-answer is a BrokenPipeError in its own
-    # thread (pump), never the end of the relay, nor of the other connections through it
-    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, stop)
-    parent = os.getppid()
-    say('127.0.0.1:%d on %s -> %s:%d, until this ssh session ends' % (port, socket.gethostname(), host, target[1]))
-    accept = threading.Thread(target=serve, args=(server, target))
-    accept.daemon = True
-    accept.start()
+def in_background(target, *args):
+    thread = threading.Thread(target=target, args=args)
+    thread.daemon = True
+    thread.start()
 
-    # the session's input: its end is the end of the ssh session (or of the client's connection)
-    def watch_parent():
-        while os.getppid() == parent:
-            time.sleep(1)
-        os._exit(0)
 
-    watcher = threading.Thread(target=watch_parent)
-    watcher.daemon = True
-    watcher.start()
+def watch_parent(parent):
+    """Ends the process when its parent (the ssh session's shell or sshd) is no longer PARENT."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(0)
+
+
+def read_until_closed():
+    """Reads standard input to its end (the end of the ssh session, or of the client's connection)."""
     started = time.monotonic()
     stdin = sys.stdin.fileno()
     try:
@@ -190,6 +189,30 @@ def main(argv):
     if time.monotonic() - started < 0.5:
         say('standard input closed at once: the relay lives as long as its ssh session\'s input; run the ssh line '
             'without -n, -f or < /dev/null')
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args is None:
+        return EX_USAGE
+    port, target = args
+    server = listen(port)
+    if server is None:
+        return EX_TEMPFAIL
+
+    def stop(*_args):
+        os._exit(0)
+
+    # SIGPIPE stays ignored, as Python sets it: a client that goes away mid-answer is a BrokenPipeError in its own
+    # thread (pump), never the end of the relay, nor of the other connections through it
+    for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, stop)
+    parent = os.getppid()
+    say('127.0.0.1:%d on %s -> %s:%d, until this ssh session ends' % ((port, socket.gethostname()) + target))
+    in_background(serve, server, target)
+    in_background(watch_parent, parent)
+    # the session's input: its end is the end of the ssh session (or of the client's connection)
+    read_until_closed()
     os._exit(0)
 
 

@@ -231,8 +231,8 @@ def write_endpoint(path, url, model):
     write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n' % (url, model))
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def parse_options(argv):
+    """(our options, the router's flags): those before '--' are ours, the rest the router's, never --api-key."""
     ours, router_argv = (argv[:argv.index('--')], argv[argv.index('--') + 1:]) if '--' in argv else (argv, [])
     parser = argparse.ArgumentParser(prog='glm_router.py', description=__doc__.split('\n', 1)[0])
     parser.add_argument('--key-file', required=True)
@@ -247,16 +247,18 @@ def main(argv=None):
     opts = parser.parse_args(ours)
     if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
         parser.error('give the key in --key-file, not --api-key: a command line is visible to every user of the node')
-    key = read_key(opts.key_file)
+    return opts, router_argv
 
+
+def start_router(router_argv, key, replicas_dir):
+    """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at)."""
     from sglang_router.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     args = parse_router_args(router_argv)
     args.api_key = key
-    host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
     local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
     base = 'http://%s:%d' % (local, args.port)
     log('starting SGLang Model Gateway on %s:%d, policy %s, replicas from %s' % (
-        args.host, args.port, args.policy, opts.replicas_dir))
+        args.host, args.port, args.policy, replicas_dir))
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -266,8 +268,11 @@ def main(argv=None):
             os._exit(0)  # pylint: disable=protected-access
         except BaseException:  # pylint: disable=broad-except
             os._exit(1)  # pylint: disable=protected-access
-    del args
+    return child, base
 
+
+def forward_signals(child):
+    """SIGTERM and SIGINT passed on to the router CHILD; the list returned gets each signal that came."""
     stopping = []
 
     def forward(signum, _frame):
@@ -278,31 +283,50 @@ def main(argv=None):
             pass
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    return stopping
 
+
+def router_exited(status, workers_file):
+    """The job's exit status once the router exited with wait STATUS (0 when a signal of ours stopped it); the
+    workers file removed."""
+    code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
+    log('the router exited (%s)' % code)
+    if workers_file:
+        try:
+            os.unlink(workers_file)       # no router, no workers: status and the deploy see it at once
+        except OSError:
+            pass
+    return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else 128 - code)
+
+
+def sync_round(sync):
+    """One round of keeping the replicas in step; one bad round (a file system hiccup, an odd answer) must not end
+    the job and its router."""
+    try:
+        sync.step()
+    except Exception as error:  # pylint: disable=broad-except
+        log('keeping the replicas in step failed this round (%s: %s); trying again' % (type(error).__name__, error))
+
+
+def main(argv=None):
+    opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
+    key = read_key(opts.key_file)
+    host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
+    child, base = start_router(router_argv, key, opts.replicas_dir)
+    stopping = forward_signals(child)
     sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout)
     live = False
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
-            code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
-            log('the router exited (%s)' % code)
-            if opts.workers_file:
-                try:
-                    os.unlink(opts.workers_file)       # no router, no workers: status and the deploy see it at once
-                except OSError:
-                    pass
-            return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else 128 - code)
+            return router_exited(status, opts.workers_file)
         if not live and http('GET', base + '/liveness')[0] == 200:
             live = True
             url = 'http://%s:%d' % (host, args_port(router_argv))
             write_endpoint(opts.endpoint_file, url, opts.model)
             log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
         if live and not stopping:
-            try:
-                sync.step()
-            except Exception as error:  # pylint: disable=broad-except
-                # one bad round (a file system hiccup, an odd answer) must not end the job and its router
-                log('keeping the replicas in step failed this round (%s: %s); trying again' % (type(error).__name__, error))
+            sync_round(sync)
         time.sleep(opts.sync_interval if live else 0.5)
 
 

@@ -209,3 +209,50 @@ def test_a_file_that_is_no_squashfs_is_not_an_image(tree, content, problem):
     image.write_bytes(content)
     got = state(model, image, REPO)
     assert not got['image_present'] and problem in got['image_problem'] and not got['complete']
+
+
+# -- its parts, called directly (issue 22 split main into them) ----------------------------------------------------
+
+def _script():
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import download_state  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    return download_state
+
+
+def test_wanted_weights_from_the_index_a_single_file_or_nothing(tmp_path):
+    ds = _script()
+    assert ds.wanted_weights(str(tmp_path)) == (False, '', set())
+    (tmp_path / 'model.safetensors').write_bytes(b'x')
+    assert ds.wanted_weights(str(tmp_path)) == (False, '', {'model.safetensors'})
+    (tmp_path / 'model.safetensors.index.json').write_text(json.dumps({'weight_map': {'a': SHARDS[0], 'b': SHARDS[0]}}))
+    assert ds.wanted_weights(str(tmp_path)) == (True, '', {SHARDS[0]})
+    (tmp_path / 'model.safetensors.index.json').write_text(u'{"weight_map": [')
+    present, error, wanted = ds.wanted_weights(str(tmp_path))
+    assert present and error.startswith('JSONDecodeError: ') and wanted == set()
+
+
+def test_walk_tree_counts_the_bytes_and_names_the_partial_files_sorted(tmp_path):
+    ds = _script()
+    (tmp_path / 'sub').mkdir()
+    (tmp_path / 'b.incomplete').write_bytes(b'x' * 3)
+    (tmp_path / 'sub' / 'a.incomplete').write_bytes(b'x' * 4)
+    (tmp_path / 'config.json').write_bytes(b'x' * 5)
+    assert ds.walk_tree(str(tmp_path)) == (12, ['b.incomplete', os.path.join('sub', 'a.incomplete')])
+
+
+def test_weights_why_in_the_order_of_its_causes():
+    ds = _script()
+    base = dict(record={'repo': REPO}, weights_complete=False, unverified_count=2, unverified=['a: x', 'b: y'],
+                missing_count=1, incomplete_count=0)
+    assert ds.weights_why(dict(base, weights_complete=True), '', '', True) == ''
+    assert ds.weights_why(base, '', 'not checked', True) == 'not checked'
+    assert ds.weights_why(base, '', '', True).startswith("2 files are not what was checked against the Hub's "
+                                                         "checksums (a: x; b: y)")
+    assert ds.weights_why(dict(base, record=None), 'no record', '', True) == \
+        'no record: the download runs again and hf skips the files already there'
+    assert ds.weights_why(dict(base, record=None), 'no record', '', False) == 'no record'
+    assert ds.weights_why(base, '', '', False) == \
+        'files of the recorded download are gone: 1 weight files missing, 0 partial'

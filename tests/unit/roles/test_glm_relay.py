@@ -116,3 +116,46 @@ def test_a_client_gone_mid_answer_costs_that_connection_only():
             relay.kill()
             relay.wait()
         upstream.close()
+
+
+# -- its parts, called directly (issue 22 split main into them) ----------------------------------------------------
+
+def _relay_module():
+    sys.path.insert(0, os.path.dirname(RELAY))
+    try:
+        import glm_relay  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    return glm_relay
+
+
+def test_parse_args_takes_port_and_target_and_says_what_is_wrong(capsys):
+    relay = _relay_module()
+    assert relay.parse_args(['20001', 'node1:30000']) == (20001, ('node1', 30000))
+    assert relay.parse_args(['20001', '::1:30000']) == (20001, ('::1', 30000))
+    for argv in ([], ['x', 'node1:30000'], ['20001', 'node1'], ['20001', 'node1:70000'], ['0', 'node1:1'],
+                 ['20001', ':30000']):
+        assert relay.parse_args(argv) is None, argv
+    err = capsys.readouterr().err
+    assert 'glm-relay: usage: glm_relay.py PORT HOST:PORT' in err and '(ports from 1 to 65535)' in err
+
+
+def test_listen_on_a_taken_port_says_so_and_names_a_free_one(capsys):
+    relay = _relay_module()
+    taken = socket.socket()
+    taken.bind(('127.0.0.1', 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        assert relay.listen(port) is None
+        err = capsys.readouterr().err
+        assert '127.0.0.1:%d on this login node is taken' % port in err
+        assert 'another program of yours (a tunnel to this deployment already open? one is enough)' in err
+        assert 'glm_relay_port=' in err
+    finally:
+        taken.close()
+    server = relay.listen(port)
+    try:
+        assert server is not None and server.getsockname() == ('127.0.0.1', port)
+    finally:
+        server.close()

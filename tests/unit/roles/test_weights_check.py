@@ -145,3 +145,31 @@ def test_an_answer_of_the_hub_is_never_replaced_by_the_saved_listing(model, monk
     hub_raising(monkeypatch, NotFound('404 Repository Not Found'))
     with pytest.raises(NotFound):
         weights_check.listing_or_saved(REPO, '', str(model / '.glm-serve-listing.json'))
+
+
+# -- verify's parts, called directly (issue 22 split verify into them) ---------------------------------------------
+
+def test_read_checked_only_of_the_same_commit(tmp_path):
+    path = tmp_path / 'checked.json'
+    assert weights_check.read_checked('', COMMIT) == {}
+    assert weights_check.read_checked(str(path), COMMIT) == {}                      # none yet
+    path.write_text(u'{"commit": ')
+    assert weights_check.read_checked(str(path), COMMIT) == {}                      # unreadable
+    path.write_text(json.dumps({'commit': 'd' * 40, 'files': {'a': {'size': 1, 'mtime_ns': 2}}}))
+    assert weights_check.read_checked(str(path), COMMIT) == {}                      # another commit's
+    path.write_text(json.dumps({'commit': COMMIT, 'files': {'a': {'size': 1, 'mtime_ns': 2}}}))
+    assert weights_check.read_checked(str(path), COMMIT) == {'a': {'size': 1, 'mtime_ns': 2}}
+
+
+def test_still_good_keeps_the_hashed_good_and_the_unchanged_checked(tmp_path):
+    for name in ('a', 'b', 'c', 'd'):
+        (tmp_path / name).write_bytes(name.encode() * 3)
+    stats = weights_check.stat_all(str(tmp_path), ['a', 'b', 'c', 'd', 'gone'])
+    assert sorted(stats) == ['a', 'b', 'c', 'd']
+    same = {'size': stats['c'].st_size, 'mtime_ns': stats['c'].st_mtime_ns}
+    results = {'a': ('', stats['a']), 'b': ('checksum x, the Hub\'s is y', stats['b'])}
+    now = weights_check.still_good(['a', 'b', 'c', 'd'], results, stats, {'c': same, 'd': {'size': 1, 'mtime_ns': 1}})
+    assert now == {'a': {'size': 3, 'mtime_ns': stats['a'].st_mtime_ns}, 'c': same}
+    weights_check.write_checked(str(tmp_path / 'checked.json'), COMMIT, '/x/listing.json', now)
+    assert json.loads((tmp_path / 'checked.json').read_text()) == {'commit': COMMIT, 'listing': 'listing.json',
+                                                                   'files': now}

@@ -180,3 +180,14 @@ def test_a_phase_never_goes_back_for_the_same_job():
     # another job (a resubmission) starts from its own beginning
     other = dict(running, job_id='13')
     assert flat.describe([dict(DL, state='COMPLETED'), other])['phase'] == 'starting'
+
+
+def test_a_server_job_not_started_without_a_parent_to_tell_more():
+    """_not_started (issue 22 split it out of _describe): submitted and not yet seen, queued on its own, none."""
+    assert sp._not_started({'job_id': '12', 'name': 'glm-serve'}, [], 1000.0) == \
+        ('queued', 'submitted: job 12 (glm-serve)')
+    assert sp._not_started(dict(SERVE, reason='Priority'), [], 1000.0) == \
+        ('queued', 'queued: job 12 (glm-serve) is PENDING (Priority), no expected start yet')
+    assert sp._not_started(SERVE, [dict(DL, state='FAILED')], 1000.0) == \
+        ('queued', 'queued: job 12 (glm-serve) waits for 11 (FAILED)')
+    assert sp._not_started({}, [], 1000.0) == ('none', 'no server job')

@@ -188,36 +188,6 @@ def test_first_host(nodes, first):
     assert sp.first_host(nodes) == first
 
 
-def test_expand_output_pattern():
-    assert sp.expand_output_pattern('%x-%j.out', '42', 'glm-serve', 'u', '/home/u/glm') == '/home/u/glm/glm-serve-42.out'
-    assert sp.expand_output_pattern('/abs/slurm-%5j.out', '42', 'n', 'u', '/w') == '/abs/slurm-00042.out'
-    assert sp.expand_output_pattern('%u/%%-%A.log', '42', 'n', 'u', '/w') == '/w/u/%-42.log'
-    assert sp.expand_output_pattern('%N-%j.out', '42', 'n', 'u', '/w') is None
-
-
-def test_redact():
-    key = 'abcdef0123456789'
-    text = "server_args=ServerArgs(model_path='/m', api_key='%s', port=30000)\n--api-key %s\nAuthorization: Bearer %s" % (key, key, key)
-    out = sp.redact(text, [key])
-    assert key not in out
-    assert "api_key='********'" in out
-    # without knowing the key, the usual spellings are still masked
-    out = sp.redact("api_key='zzzzzzzz' --api-key=yyyyyyy token: xxxxxxx")
-    assert 'zzzzzzzz' not in out and 'yyyyyyy' not in out and 'xxxxxxx' not in out
-
-
-def test_error_line_regex():
-    assert sp.ERROR_LINE_RE.search('Traceback (most recent call last):')
-    assert sp.ERROR_LINE_RE.search('srun: error: node1: task 0: Exited with exit code 1')
-    assert sp.ERROR_LINE_RE.search('slurmstepd: error: *** JOB 12 ON node1 CANCELLED AT 2026-11-30T09:00:00 ***')
-    assert not sp.ERROR_LINE_RE.search('INFO: loading weights 10/100')
-
-
-def test_tail_lines():
-    assert sp.tail_lines('\n'.join(str(i) for i in range(50)), 3) == ['47', '48', '49']
-    assert sp.tail_lines('x' * 500, 1, max_line=10) == ['x' * 10 + '...']
-
-
 # -- sacct (Slurm 24.11.5 with slurmdbd, captured: fixtures/sacct-trixie-*.txt) -----------------------------------
 
 _CAPTURED_FIELDS = ('JobID', 'JobName', 'State', 'ExitCode', 'DerivedExitCode', 'Reason', 'Restarts', 'Submit', 'Start',

@@ -94,3 +94,10 @@ def test_no_file_and_a_missing_job(monkeypatch, work):
     assert not none['failed'] and none['path'] is None and none['lines'] == []
     missing = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '5'})
     assert missing['failed'] and 'glm-serve-5.out does not exist' in missing['msg']
+
+
+def test_secrets_of_an_unreadable_key_file_masks_by_pattern_only(work):
+    """secrets_of (issue 22 split it out of main): the key of the file, none when it cannot be read."""
+    assert job_log.secrets_of(str(work / 'api-key')) == (KEY,)
+    assert job_log.secrets_of(str(work / 'no-such-key')) == ()
+    assert job_log.secrets_of(None) == ()

@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""roles/router/files/glm_router.py's parts that need no router (tests/standins/test_router_launcher.py runs the
+whole launcher with the real sglang-router): its options, the exit status it gives for the router's, the port."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import signal
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'router', 'files'))
+import glm_router  # noqa: E402  pylint: disable=wrong-import-position
+
+OURS = ['--key-file', '/k', '--replicas-dir', '/r', '--endpoint-file', '/e']
+
+
+def test_parse_options_splits_ours_from_the_routers():
+    opts, router_argv = glm_router.parse_options(OURS + ['--model', 'm', '--', '--port', '31000', '--policy', 'random'])
+    assert (opts.key_file, opts.replicas_dir, opts.endpoint_file, opts.model) == ('/k', '/r', '/e', 'm')
+    assert (opts.workers_file, opts.sync_interval, opts.drain_timeout, opts.advertise) == (None, 5.0, 120.0, None)
+    assert router_argv == ['--port', '31000', '--policy', 'random']
+    assert glm_router.parse_options(OURS)[1] == []
+
+
+@pytest.mark.parametrize('flag', [['--api-key', 'sk-1'], ['--api-key=sk-1']])
+def test_parse_options_refuses_a_key_on_the_command_line(flag, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        glm_router.parse_options(OURS + ['--'] + flag)
+    assert exit_.value.code == 2
+    assert 'give the key in --key-file, not --api-key' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('argv, port', [([], 30000), (['--port', '31000'], 31000), (['--port=32000'], 32000)])
+def test_args_port(argv, port):
+    assert glm_router.args_port(['--host', '0.0.0.0'] + argv) == port
+
+
+def test_router_exited_gives_the_jobs_status_and_removes_the_workers_file(tmp_path, capsys):
+    workers = tmp_path / 'router-workers.json'
+    workers.write_text(u'{}')
+    assert glm_router.router_exited(0, str(workers)) == 0
+    assert not workers.exists()
+    assert glm_router.router_exited(3 << 8, None) == 3                     # exit(3)
+    assert glm_router.router_exited(signal.SIGTERM, None) == 0             # our scancel, passed on
+    assert glm_router.router_exited(signal.SIGKILL, None) == 128 + signal.SIGKILL
+    assert 'the router exited (0)' in capsys.readouterr().out
+
+
+def test_a_failed_sync_round_is_logged_and_the_job_goes_on(capsys):
+    class Broken:
+        def step(self):
+            raise OSError('disk hiccup')
+    glm_router.sync_round(Broken())
+    assert 'keeping the replicas in step failed this round (OSError: disk hiccup); trying again' in capsys.readouterr().out
