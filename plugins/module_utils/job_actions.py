@@ -282,19 +282,27 @@ def info(ctx):
     """The jobs asked for (ids, name, user), oldest first, each marked ``live``/``ending``; with ``probe``, the
     server's answer of each RUNNING job."""
     params, cli = ctx.params, ctx.cli
-    job_ids = [str(j) for j in (params.get('job_ids') or [])]
-    user = None if params.get('all_users') else (params.get('user') or (None if job_ids else current_user()))
-    wanted_live = params.get('live')
-    rows, missing = slurmctld_rows(ctx, job_ids, user)
-    if wanted_live is not True and (missing or (not job_ids and (params.get('name') or user))):
-        missing = accounting_rows(ctx, rows, missing, user)
+    rows, missing = info_rows(ctx)
     asked = probe_filter(params.get('probe_match'))
+    wanted_live = params.get('live')
     shown = [r for r in sorted(rows, key=lambda r: id_key(r['job_id'])) if wanted_live is None or is_live(r) == wanted_live]
     # the key is read only when there is a server to ask (a missing key file does not hide the jobs)
     probe = make_probe(params.get('probe'))[0] if any(asked(r) for r in shown) else None
     jobs = [info_job(ctx, row, probe, asked) for row in shown]
     return {'changed': False, 'jobs': jobs, 'missing': missing, 'slurm_version': cli.version()[0], 'polls': cli.polls,
             'accounting_calls': cli.accounting_calls}
+
+
+def info_rows(ctx):
+    """(the rows of the ids/name/user asked for, the ids no one knows): slurmctld's, then what it forgot (MinJobAge
+    after the end) from accounting. Not for live-only listings: accounting adds no live job."""
+    params = ctx.params
+    job_ids = [str(j) for j in (params.get('job_ids') or [])]
+    user = None if params.get('all_users') else (params.get('user') or (None if job_ids else current_user()))
+    rows, missing = slurmctld_rows(ctx, job_ids, user)
+    if params.get('live') is not True and (missing or (not job_ids and (params.get('name') or user))):
+        missing = accounting_rows(ctx, rows, missing, user)
+    return rows, missing
 
 
 def slurmctld_rows(ctx, job_ids, user):
