@@ -20,22 +20,24 @@ import pwd
 import re
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
-from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX, Accounting, report_previous, why_ended  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes, sbatch_args_avoiding  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.hints import compile_hints, matching_hints  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (  # noqa: F401
-    LOOKUP_MAX_AGE, RESULT_JOB_KEYS, chain_entries, details, find_live, id_key, is_ending, is_live, is_dead_pending,
-    job_fields, lookup, newest_live)
-from ansible_collections.glm.serve.plugins.module_utils.job_specs import bad_nodes_options, probe_options  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.job_submit import (  # noqa: F401
+from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX, Accounting
+from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import avoid_and_retry, read_bad_nodes
+from ansible_collections.glm.serve.plugins.module_utils.hints import compile_hints, matching_hints
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (
+    chain_entries, details, find_live, id_key, is_ending, is_live, job_fields, lookup)
+from ansible_collections.glm.serve.plugins.module_utils.job_specs import bad_nodes_options, probe_options
+from ansible_collections.glm.serve.plugins.module_utils.job_submit import (
     adopt_by_id, adopt_or_submit, apply_end_time, dependency_ids, write_script)
 from ansible_collections.glm.serve.plugins.module_utils.job_waiter import Target, WaitFailed
-from ansible_collections.glm.serve.plugins.module_utils.job_wait import ATTEMPT_KEYS, make_probe, run_wait, wait_into  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying, failed_result, fail_kwargs  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import avoid_and_retry
-from ansible_collections.glm.serve.plugins.module_utils.submit_lock import SubmitLock, fcntl, lock_folder, lock_path  # noqa: F401
-from ansible_collections.glm.serve.plugins.module_utils.submit_record import (  # noqa: F401
-    read_record, record_id, script_digest, script_output_pattern, write_json, write_record)
+from ansible_collections.glm.serve.plugins.module_utils.job_wait import ATTEMPT_KEYS, make_probe, wait_into
+from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying, failed_result, fail_kwargs
+from ansible_collections.glm.serve.plugins.module_utils.submit_lock import SubmitLock, fcntl, lock_path
+from ansible_collections.glm.serve.plugins.module_utils.submit_record import script_digest, script_output_pattern
+
+#: The verbs and what the modules build them with; the rest are names that other files import from here.
+__all__ = ['Context', 'present', 'absent', 'info', 'fail_kwargs', 'ActionError', 'current_user',
+           'probe_options', 'bad_nodes_options', 'compile_hints', 'matching_hints', 'SubmitLock', 'fcntl', 'lock_path',
+           'read_bad_nodes', 'script_digest', 'script_output_pattern']
 
 INFO_KEYS = ('job_id', 'name', 'user', 'state', 'reason', 'nodes', 'partition', 'elapsed', 'time_limit',
              'end_time', 'output_path', 'work_dir', 'dependency', 'exit_code', 'start_time', 'submit_time', 'source')

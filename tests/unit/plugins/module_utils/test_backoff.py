@@ -32,19 +32,19 @@ def failing(times, value='ok', error=Flaky):
 
 def test_backoff_doubles_up_to_the_cap_and_resets():
     backoff = Backoff(1.0, 30.0)
-    assert [backoff.next() for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert [backoff.next() for step in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     backoff.reset()
     assert backoff.next() == 1
 
 
 def test_backoff_with_factor_one_is_a_steady_poll():
     backoff = Backoff(0.2, 0.2, factor=1)
-    assert [backoff.next() for _ in range(3)] == [0.2, 0.2, 0.2]
+    assert [backoff.next() for step in range(3)] == [0.2, 0.2, 0.2]
 
 
 def test_jitter_takes_up_to_its_fraction_off_each_pause():
     backoff = Backoff(4.0, 30.0, jitter=0.5, rand=lambda: 1.0)
-    assert [backoff.next() for _ in range(3)] == [2.0, 4.0, 8.0]
+    assert [backoff.next() for step in range(3)] == [2.0, 4.0, 8.0]
     assert Backoff(4.0, jitter=0.5, rand=lambda: 0.0).next() == 4.0
 
 

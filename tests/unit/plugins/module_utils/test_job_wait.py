@@ -32,9 +32,7 @@ class FakeWaiter:
         FakeWaiter.made.append(self)
 
     def wait(self, slice_seconds=None, phase=None):
-        if isinstance(self.then, Exception):
-            raise self.then
-        return self.then
+        return outcome_of(self.then)
 
     def recent_events(self):
         return [{'line': 'PENDING'}]
@@ -47,6 +45,13 @@ class FakeWaiter:
 
     def restore(self, snapshot):
         return snapshot == {'v': 1}
+
+
+def outcome_of(then):
+    """What the fake wait ends with: ``then``, raised when it is an error."""
+    if isinstance(then, Exception):
+        raise then
+    return then
 
 
 @pytest.fixture
