@@ -103,11 +103,6 @@ def base_result(ctx):
     }
 
 
-def fill_job(result, job):
-    result.update(job_fields(job))
-    return result
-
-
 # -- present ----------------------------------------------------------------------------------------------------
 
 
