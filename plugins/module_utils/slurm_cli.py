@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.glm.serve.plugins.module_utils import backoff
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 
 #: The environment of every query. SLURM_TIME_FORMAT=standard makes times ISO 8601 whatever the user's
@@ -103,24 +104,15 @@ class SlurmCli:
     def retry(self, func, timeout, *args, **kwargs):
         """Call func, retrying SlurmTransientError with backoff (1, 2, 4 ... 30 s) until timeout elapses."""
         started = self.clock.now()
-        deadline = started + timeout
-        delay = 1.0
-        last = None
-        while True:
-            try:
-                value = func(*args, **kwargs)
-            except SlurmTransientError as exc:
-                last = exc.msg
-                remaining = deadline - self.clock.now()
-                if remaining <= 0:
-                    exc.msg = '%s (retried for %d s, retry_timeout=%d)' % (exc.msg, round(self.clock.now() - started), timeout)
-                    raise
-                self.clock.sleep(min(delay, remaining))
-                delay = min(delay * 2, 30.0)
-                continue
-            if last is not None and self.on_outage is not None:
-                self.on_outage(self.clock.now() - started, last, timeout)
-            return value
+        try:
+            value, errors = backoff.retry(lambda: func(*args, **kwargs), self.clock, timeout, SlurmTransientError,
+                                          backoff.Backoff(1.0, 30.0))
+        except SlurmTransientError as exc:
+            exc.msg = '%s (retried for %d s, retry_timeout=%d)' % (exc.msg, round(self.clock.now() - started), timeout)
+            raise
+        if errors and self.on_outage is not None:
+            self.on_outage(self.clock.now() - started, errors[-1].msg, timeout)
+        return value
 
     # -- version ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.glm.serve.plugins.module_utils.backoff import grow
 from ansible_collections.glm.serve.plugins.module_utils.wait_state import Saved
 
 
@@ -124,8 +125,9 @@ class PollSchedule(Saved):
         self.last_round = now
 
     def backoff(self, pause):
-        """The next pause of a ramp with nothing new: doubled, at most ``cap`` (the waiter's one backoff rule)."""
-        return min(pause * 2, self.policy.cap)
+        """The next pause of a ramp with nothing new: doubled, at most ``cap`` (backoff.grow, the collection's one
+        backoff rule, also under slurm_cli's retries and the submit lock)."""
+        return grow(pause, self.policy.cap)
 
     def wake(self, now, deadline, other=()):
         """When the loop should look again: the next round, a pending trigger, the deadline or ``other`` times."""

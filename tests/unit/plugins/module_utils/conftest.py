@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fakes shared by the tests of job_actions' parts: a clock, a Slurm client that answers from tables, and a
+factory of action contexts over them."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.glm.serve.plugins.module_utils import job_actions
+
+
+class FakeClock:
+    """now() and sleep(s): time passes only when slept; ``sleeps`` lists the pauses."""
+
+    def __init__(self, start=0.0):
+        self.t = start
+        self.sleeps = []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+class FakeCli:
+    """The SlurmCli methods the actions call, answering from ``jobs`` (id -> row); ``calls`` lists them."""
+
+    def __init__(self, clock=None, jobs=None, accounting=None):
+        self.clock = clock or FakeClock()
+        self.jobs = dict(jobs or {})
+        self.accounting = list(accounting or [])
+        self.calls = []
+        self.polls = 0
+        self.accounting_calls = 0
+        self.on_outage = None
+        self.submitted = []
+        self.next_id = 5000
+
+    def retry(self, func, timeout, *args, **kwargs):
+        return func(*args, **kwargs)
+
+    def version(self):
+        return ('22.05.8', (22, 5, 8))
+
+    def squeue(self, job_ids=None, name=None, user=None, all_states=False):
+        self.calls.append(('squeue', name, user))
+        self.polls += 1
+        names = name.split(',') if name else None
+        return [dict(r) for r in self.jobs.values() if (names is None or r.get('name') in names)
+                and (user is None or r.get('user') == user)]
+
+    def show_job(self, job_id):
+        self.calls.append(('show_job', str(job_id)))
+        self.polls += 1
+        row = self.jobs.get(str(job_id))
+        return dict(row) if row else None
+
+    def sacct(self, **query):
+        self.calls.append(('sacct', query))
+        self.accounting_calls += 1
+        return [dict(r) for r in self.accounting]
+
+    def cancel(self, job_ids):
+        self.calls.append(('cancel', list(job_ids)))
+
+    def start_now(self, job_id):
+        self.calls.append(('start_now', job_id))
+
+    def update_end_time(self, job_id, end_time):
+        self.calls.append(('update_end_time', job_id, end_time))
+
+    def batch_script(self, job_id):
+        self.calls.append(('batch_script', job_id))
+        return (self.jobs.get(str(job_id)) or {}).get('script')
+
+    def sbatch_argv(self, script, name, dependency=None, kill_on_invalid_dep=True, extra_args=None):
+        return ['sbatch', '--parsable', '--job-name=%s' % name] + list(extra_args or []) + [script]
+
+    def submit(self, argv, chdir, umask):
+        self.calls.append(('submit', argv, chdir, umask))
+        self.next_id += 1
+        self.submitted.append(str(self.next_id))
+        return str(self.next_id), None
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+
+def row(job_id, name='srv', state='RUNNING', user='u', **extra):
+    """A squeue/scontrol row."""
+    return dict(job_id=str(job_id), name=name, state=state, user=user, **extra)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def cli(clock):
+    return FakeCli(clock)
+
+
+@pytest.fixture
+def make_ctx(cli):
+    """make_ctx(**params) -> a job_actions.Context over the fake client (user ``u``, name ``srv``)."""
+    warnings = []
+
+    def make(**params):
+        params.setdefault('name', 'srv')
+        params.setdefault('user', 'u')
+        ctx = job_actions.Context(cli, params, check_mode=params.pop('check_mode', False), warn=warnings.append)
+        ctx.warnings = warnings
+        return ctx
+    return make
