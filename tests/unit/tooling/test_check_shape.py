@@ -65,3 +65,15 @@ def test_at_the_limits_is_within_them(tmp_path):
     branches = ''.join('    if a == %d:\n        return %d\n' % (i, i) for i in range(14))
     (tmp_path / 'plugins' / 'p.py').write_text(u'def f():\n' + body + u'\n\ndef g(a):\n' + branches + u'    return 0\n')
     assert shape(tmp_path)[0] == 0
+
+
+def test_a_modules_documentation_strings_do_not_count_its_code_does(tmp_path):
+    """DOCUMENTATION, EXAMPLES and RETURN (which must sit in the module's file) are left out of its size; code is not:
+    400 lines of RETURN and 100 of code pass, 501 of code do not."""
+    (tmp_path / 'plugins' / 'modules').mkdir(parents=True)
+    docs = u"DOCUMENTATION = r'''\nx\n'''\nRETURN = r'''\n" + u'a: 1\n' * 400 + u"'''\n"
+    (tmp_path / 'plugins' / 'modules' / 'ok.py').write_text(docs + u'X = 1\n' * 100)
+    assert shape(tmp_path)[0] == 0
+    (tmp_path / 'plugins' / 'modules' / 'code.py').write_text(docs + u'X = 1\n' * 501)
+    code, out, _err = shape(tmp_path)
+    assert code == 1 and 'code.py:1: the file: lines 501, over the limit of 500' in out, out
