@@ -23,6 +23,20 @@ def deployment_layout(work_dir, serve_name='glm-serve', download_name='glm-downl
         raise AnsibleFilterError('glm.serve.deployment_layout: %s' % exc)
 
 
+def deployment_member(job, serve_name='glm-serve', download_name='glm-download', router_name=None):
+    """{'name', 'role', 'replica', 'comment'} of a job (a dict with name and, when known, comment) or a job name, when
+    it belongs to the deployment; None otherwise."""
+    if isinstance(job, str):
+        job = {'name': job}
+    if not isinstance(job, dict):
+        raise AnsibleFilterError('glm.serve.deployment_member expects a job (a dict with its name) or a job name, got %r' % (job,))
+    lt = Layout('', serve_name, download_name, router_name or None)
+    member = lt.membership(job)
+    if member is None:
+        return None
+    return {'name': job.get('name'), 'role': member[0], 'replica': member[1], 'comment': lt.comment(*member)}
+
+
 class FilterModule(object):
     def filters(self):
-        return {'deployment_layout': deployment_layout}
+        return {'deployment_layout': deployment_layout, 'deployment_member': deployment_member}

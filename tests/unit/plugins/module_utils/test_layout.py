@@ -109,3 +109,14 @@ def test_filter():
 def test_filter_refuses(args):
     with pytest.raises(AnsibleFilterError):
         deployment_layout(*args)
+
+
+def test_member_filter():
+    from ansible_collections.glm.serve.plugins.filter.deployment_layout import deployment_member
+    assert deployment_member('glm-serve-2', 'glm-serve') == {'name': 'glm-serve-2', 'role': 'replica', 'replica': 2,
+                                                             'comment': 'glm.serve:glm-serve:replica:2'}
+    assert deployment_member('glm-serve-router', 'glm-serve')['comment'] == 'glm.serve:glm-serve:router'
+    assert deployment_member('other', 'glm-serve') is None
+    assert deployment_member({'name': 'glm-serve-2', 'comment': 'glm.serve:glm-serve-2:replica:1'}, 'glm-serve') is None
+    with pytest.raises(AnsibleFilterError):
+        deployment_member(3)
