@@ -122,6 +122,7 @@ lint: setup $(LINT_VENV)/.installed $(DOCS_VENV)/.installed ## ansible-lint (pro
 	$(LINT_VENV)/bin/actionlint -color=false
 	$(DOCS_VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs --validate-collection-refs=self .
 	python tests/tooling/playbook_docs.py --check
+	python tests/tooling/check_layout_names.py
 
 $(LINT_VENV)/.installed: requirements-lint.txt constraints.txt tests/tooling/setup-lint-tools.sh
 	tests/tooling/setup-lint-tools.sh "$(PYTHON)" "$(LINT_VENV)"
