@@ -103,11 +103,11 @@ size:
 '''
 
 import os
-import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.glm.serve.plugins.module_utils import layout
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
@@ -117,7 +117,7 @@ MAX_READ = 1024 * 1024
 
 def newest(chdir, name):
     """(job_id, path) of the highest job id among NAME-JOBID.out in chdir, or (None, None)."""
-    pattern = re.compile(r'^%s-(\d+)\.out$' % re.escape(name))
+    pattern = layout.log_name_re(name)
     found = []
     try:
         entries = os.listdir(chdir)
@@ -167,7 +167,7 @@ def main():
             secrets = ()               # no key to mask beyond the patterns: nothing to leak either
     if params['job_id']:
         job_id = params['job_id']
-        path = os.path.join(params['chdir'], '%s-%s.out' % (params['name'], job_id))
+        path = layout.Layout(params['chdir']).log_file(params['name'], job_id)
         if not os.path.isfile(path):
             module.fail_json(msg='%s does not exist: job %s of %s has no output file in %s' % (
                 path, job_id, params['name'], params['chdir']))
