@@ -49,8 +49,8 @@ def router_lines(router, replicas, policy):
     served = router.get('requests_served') or {}
     for w in router.get('workers') or []:
         health = 'draining' if w.get('draining') else ('healthy' if w.get('healthy') else 'unhealthy')
-        lines.append('router has: %s (%s, %s, requests served: %s)' % (w.get('url'), w.get('replica'), health,
-                                                                      served.get(w.get('url'), '?')))
+        count = served.get(w.get('url'), '?')
+        lines.append('router has: %s (%s, %s, requests served: %s)' % (w.get('url'), w.get('replica'), health, count))
     for job in replicas:
         where = ' on %s' % job['nodes'] if job.get('state') == 'RUNNING' and job.get('nodes') else ''
         asked = ', /v1/models %s' % job['probe']['status'] if job.get('probe') else ''
@@ -112,8 +112,9 @@ def answers_text(info, probe, settings):
 
 
 def bad_text(bad):
-    return '; '.join('%s (since %s: %s)' % (node, time.strftime('%Y-%m-%d %H:%M', time.localtime(int(e['since']))),
-                                             e.get('cause') or '?') for node, e in bad.items())
+    def since(entry):
+        return time.strftime('%Y-%m-%d %H:%M', time.localtime(int(entry['since'])))
+    return '; '.join('%s (since %s: %s)' % (node, since(e), e.get('cause') or '?') for node, e in bad.items())
 
 
 def tunnel_line(info, settings):
