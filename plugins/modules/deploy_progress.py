@@ -26,6 +26,10 @@ description:
     average since the job started; the sliced wait measures it over the last interval.
 author:
   - glm.serve maintainers (@glm-serve)
+deprecated:
+  removed_in: 2.0.0
+  why: M(glm.serve.deployment_info) returns the same phase, progress and activity for the whole deployment, with the jobs it reads itself.
+  alternative: Use M(glm.serve.deployment_info).
 extends_documentation_fragment:
   - glm.serve.attributes.read_only
 options:
