@@ -9,7 +9,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import datetime
 import time
 
 SCHEMA = 'glm.serve/status/v1'
@@ -159,9 +158,9 @@ def document(info, load, settings, now=None):
     running = server.get('state') == 'RUNNING'
     router = info.get('router')
     job = (router or {}).get('job')
-    when = datetime.datetime.utcfromtimestamp(now if now is not None else time.time())
+    when = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(now if now is not None else time.time()))
     return {
-        'schema': SCHEMA, 'time': when.strftime('%Y-%m-%dT%H:%M:%SZ'), 'host': settings['host'], 'model': settings['model'],
+        'schema': SCHEMA, 'time': when, 'host': settings['host'], 'model': settings['model'],
         'phase': info['phase'], 'progress': info['progress'], 'load': load, 'activity': info.get('activity'),
         'jobs': status_jobs(info),
         'server': {
