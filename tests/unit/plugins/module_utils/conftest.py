@@ -60,8 +60,6 @@ def _view(tmp_path, rows, accounting=(), **extra):
     return deployment.View(ctx, Layout(str(tmp_path), 'glm-serve', 'glm-download'), ctx.params).build(), cli
 
 
-
-
 @pytest.fixture
 def job():
     """A squeue row: job(job_id, name, state='RUNNING', comment=None, nodes='node1', **extra)."""

@@ -12,7 +12,6 @@ import json
 import time
 
 
-
 def test_one_squeue_and_membership_by_comment(tmp_path, view, job):
     rows = [job('10', 'glm-download', 'COMPLETED', 'glm.serve:glm-serve:download'),
             job('11', 'glm-serve', comment='glm.serve:glm-serve:replica:1'),
