@@ -128,6 +128,7 @@ lint: setup $(LINT_VENV)/.installed $(DOCS_VENV)/.installed ## ansible-lint (pro
 	python tests/tooling/playbook_docs.py --check
 	python tests/tooling/guide_docs.py --check
 	$(LINT_VENV)/bin/python tests/tooling/check_shape.py $(if $(strip $(SHAPE_SKIP)),--skip $(SHAPE_SKIP))
+	python tests/tooling/check_layout_names.py
 
 $(LINT_VENV)/.installed: requirements-lint.txt constraints.txt tests/tooling/setup-lint-tools.sh
 	tests/tooling/setup-lint-tools.sh "$(PYTHON)" "$(LINT_VENV)"

@@ -19,11 +19,17 @@ description:
   - The phases are V(queued) (with Slurm's reason and, when known, the expected start), V(saving) (the container image),
     V(downloading) (GB done of the total, rate, ETA), V(starting), V(loading) (the weights, shards done), V(capturing)
     (CUDA graphs), V(warming), V(ready) and V(ended).
+  - Deprecated - M(glm.serve.deployment_info) returns the same RV(phase), RV(progress) and RV(activity) of a whole
+    deployment, with the jobs it reads itself (one Slurm query); this module stays as a thin wrapper of the same code.
   - Reads the end of the jobs' output files (C(NAME-JOBID.out) in O(chdir)) and the size of O(model_dir) against the total
     the download job writes there (C(.glm-serve-download.json)). It calls no Slurm command. The download's rate is its
     average since the job started; the sliced wait measures it over the last interval.
 author:
   - glm.serve maintainers (@glm-serve)
+deprecated:
+  removed_in: 2.0.0
+  why: M(glm.serve.deployment_info) returns the same phase, progress and activity for the whole deployment, with the jobs it reads itself.
+  alternative: Use M(glm.serve.deployment_info).
 extends_documentation_fragment:
   - glm.serve.attributes.read_only
 options:
@@ -103,11 +109,10 @@ activity:
       type: int
 '''
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.glm.serve.plugins.module_utils import serve_progress
+from ansible_collections.glm.serve.plugins.module_utils import deployment
+from ansible_collections.glm.serve.plugins.module_utils.layout import Layout
 
 
 def main():
@@ -121,23 +126,9 @@ def main():
         model=dict(type='str'),
     ), supports_check_mode=True)
     params = module.params
-    jobs = [dict(j, job_id=str(j['job_id'])) if j and j.get('job_id') else None
-            for j in (params['download'], params['server'])]
-    if not any(jobs):
-        module.exit_json(changed=False, phase='none', progress='no job: deploy to start one', activity=None)
-
-    def read_log(job):
-        if not job.get('name'):
-            return ''
-        path = job.get('output_path') or os.path.join(params['chdir'], '%s-%s.out' % (job.get('name'), job['job_id']))
-        return serve_progress.log_end(path)
-
-    said = serve_progress.Progress(model_dir=params['model_dir'], read_log=read_log).describe(
-        jobs, ready=params['ready'], endpoint=params['endpoint'], model=params['model'])
-    server = jobs[1]
-    activity = serve_progress.read_activity(os.path.join(params['chdir'], '%s-%s.activity' % (
-        server.get('name'), server['job_id']))) if server and server.get('name') else None
-    module.exit_json(changed=False, phase=said['phase'], progress=said['line'], activity=activity)
+    said = deployment.progress(Layout(params['chdir']), params['download'], params['server'], params['model_dir'],
+                               ready=params['ready'], endpoint=params['endpoint'], model=params['model'])
+    module.exit_json(changed=False, **said)
 
 
 if __name__ == '__main__':

@@ -103,11 +103,11 @@ size:
 '''
 
 import os
-import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.glm.serve.plugins.module_utils import layout
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import job_output
 from ansible_collections.glm.serve.plugins.module_utils.wait_signals import read_tail
@@ -117,7 +117,7 @@ MAX_READ = 1024 * 1024
 
 def newest(chdir, name):
     """(job_id, path) of the highest job id among NAME-JOBID.out in chdir, or (None, None)."""
-    pattern = re.compile(r'^%s-(\d+)\.out$' % re.escape(name))
+    pattern = layout.log_name_re(name)
     found = []
     try:
         entries = os.listdir(chdir)
@@ -163,7 +163,7 @@ def output_file(module, params):
     if not params['job_id']:
         return newest(params['chdir'], params['name'])
     job_id = params['job_id']
-    path = os.path.join(params['chdir'], '%s-%s.out' % (params['name'], job_id))
+    path = layout.Layout(params['chdir']).log_file(params['name'], job_id)
     if not os.path.isfile(path):
         module.fail_json(msg='%s does not exist: job %s of %s has no output file in %s' % (
             path, job_id, params['name'], params['chdir']))

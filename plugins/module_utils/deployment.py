@@ -1,0 +1,196 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A read-only view of one deployment (the module glm.serve.deployment_info): its jobs by role, its files, where the
+deploy stands, and what its servers and router answer.
+
+Controller calls: one ``squeue --local -t all -u USER`` (the user's jobs, with their comments: layout.py decides
+which belong to the deployment); one ``sacct`` (slurmdbd, not slurmctld) only when slurmctld no longer knows any job of
+the server or the download (MinJobAge after their end), for their newest ended jobs. Everything else is files in the
+work dir and HTTP to the compute nodes.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import time
+
+from ansible_collections.glm.serve.plugins.module_utils import layout as lay
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
+from ansible_collections.glm.serve.plugins.module_utils import serve_progress
+from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX
+from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes
+from ansible_collections.glm.serve.plugins.module_utils.job_actions import INFO_KEYS, probe_job
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import is_ending, is_live
+from ansible_collections.glm.serve.plugins.module_utils.job_wait import make_probe
+from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError
+
+#: squeue's detailed fields and the job's comment (%k), the name last (it takes the rest of the line)
+FIELDS = tuple(f for f in sp.SQUEUE_FIELDS if f[0] != 'name') + (('comment', '%k'), ('name', '%j'))
+#: sglang-router 0.3.2 counts each request it passed to a worker, by worker URL
+SERVED_RE = re.compile(r'(?m)^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} ([0-9]+)')
+
+
+def _id_key(job_id):
+    return [int(p) if p.isdigit() else 0 for p in re.split(r'[_+]', str(job_id))]
+
+
+def row(job, member):
+    """A job as slurm_job_info returns it (details=false), with its role, replica index and comment."""
+    out = dict((k, job.get(k)) for k in INFO_KEYS)
+    out.update(source=job.get('source') or 'slurmctld', live=is_live(job), ending=is_ending(job), comment=job.get('comment'),
+               role=member[0], replica=member[1])
+    return out
+
+
+def list_jobs(ctx, layout):
+    """The deployment's jobs, oldest first: one squeue, and one sacct when slurmctld knows no job of the server or the
+    download (their newest ended ones, at most ACCOUNTING_MAX of each)."""
+    rows = ctx.retry(ctx.cli.squeue, user=ctx.user, all_states=True, fields=FIELDS)
+    jobs = [(r, layout.membership(r)) for r in rows]
+    jobs = [(r, m) for r, m in jobs if m is not None]
+    names = [layout.serve_name, layout.download_name]
+    known = set(j['name'] for j, m in jobs if m in (('replica', 1), ('download', None)))
+    if any(n not in known for n in names):
+        extra = [r for r in ctx.accounting.rows(name=','.join(names), user=ctx.user) if r.get('state') in sp.TERMINAL_STATES]
+        for name in names:
+            if name not in known:
+                of_name = sorted((r for r in extra if r.get('name') == name), key=lambda r: _id_key(r['job_id']))
+                jobs += [(r, layout.role_of_name(name)) for r in of_name[-ACCOUNTING_MAX:]]
+    return [row(j, m) for j, m in sorted(jobs, key=lambda jm: _id_key(jm[0]['job_id']))]
+
+
+def live_last(jobs):
+    """The newest live job of a list, else {}."""
+    live = [j for j in jobs if j['live']]
+    return live[-1] if live else {}
+
+
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+
+
+def read_endpoint_file(path):
+    """{VAR: value} of the endpoint file's KEY=VALUE lines, None when it is missing; and its text."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError, TypeError):
+        return None, None
+    lines = [line for line in text.splitlines() if re.match(r'^[A-Z_]+=', line)]
+    return dict(line.split('=', 1) for line in lines), text
+
+
+def http_status(url_host, port, path, timeout=5, headers=None, body=False):
+    """(status, text) of GET, (None, None) when nothing answers."""
+    try:
+        code, data = mp.http_get(url_host, port, path, headers or {}, timeout)
+    except Exception:  # pylint: disable=broad-except  # socket and http.client errors: no answer
+        return None, None
+    text = data.decode('utf-8', 'replace') if body and isinstance(data, bytes) else None
+    return code, text
+
+
+def progress(layout, download, server, model_dir, ready=False, endpoint=None, model=None):
+    """phase, the progress line and the activity of the server job (what glm.serve.deploy_progress returns), asking
+    Slurm nothing: the jobs' logs, the model dir and the activity file."""
+    jobs = [dict(j, job_id=str(j['job_id'])) if j and j.get('job_id') else None for j in (download, server)]
+    if not any(jobs):
+        return {'phase': 'none', 'progress': 'no job: deploy to start one', 'activity': None}
+
+    def read_log(job):
+        if not job.get('name'):
+            return ''
+        return serve_progress.log_end(job.get('output_path') or layout.log_file(job['name'], job['job_id']))
+
+    said = serve_progress.Progress(model_dir=model_dir, read_log=read_log).describe(jobs, ready=ready, endpoint=endpoint,
+                                                                                    model=model)
+    server = jobs[1]
+    activity = serve_progress.read_activity(layout.activity_file(server['name'], server['job_id'])) \
+        if server and server.get('name') else None
+    return {'phase': said['phase'], 'progress': said['line'], 'activity': activity}
+
+
+class View(object):
+    """What deployment_info returns, built in steps that each return values (no shared result)."""
+
+    def __init__(self, ctx, layout, params):
+        self.ctx, self.layout, self.params = ctx, layout, params
+
+    def probe(self, jobs):
+        """(probe or None, why not): the key is read only when a job is there to ask."""
+        if not self.params.get('probe') or not any(j['state'] == 'RUNNING' for j in jobs):
+            return None, None
+        try:
+            return make_probe(self.params['probe'])[0], None
+        except ActionError as exc:
+            return None, exc.msg
+
+    def asked(self, probe, job):
+        return probe_job(probe, job) if probe is not None and job['state'] == 'RUNNING' else None
+
+    def server_http(self, server, probe):
+        """The replica-1 server's metrics text and status, and the status of /v1/models without the key."""
+        answer = server.get('probe') or {}
+        if not answer.get('answered'):
+            return {'metrics_status': None, 'metrics_text': None, 'without_key_status': None}
+        node, port = sp.first_host(server['nodes']), probe.port
+        metrics_status, text = http_status(node, port, '/metrics', body=True)
+        without_key, _text = http_status(node, port, probe.path)
+        return {'metrics_status': metrics_status, 'metrics_text': text if metrics_status == 200 else None,
+                'without_key_status': without_key}
+
+    def router_view(self, router, replicas, probe):
+        workers_doc = read_json(self.layout.router_workers_file)
+        workers = (workers_doc or {}).get('workers') or [] if isinstance(workers_doc, dict) else []
+        if workers_doc is None and not router and not replicas:
+            return None
+        served = {}
+        if router and router['state'] == 'RUNNING' and router.get('nodes'):
+            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'], '/metrics', body=True)
+            served = dict((u, n) for u, n in SERVED_RE.findall(text or '')) if code == 200 else {}
+        return {'job': router or None, 'workers': workers, 'requests_served': served}
+
+    def build(self):
+        layout, params = self.layout, self.params
+        jobs = list_jobs(self.ctx, layout)
+        roles = lay.by_role(layout, jobs)
+        servers = roles['replicas'].get(1, [])
+        router = live_last(roles['router'])
+        others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
+        probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
+        router_probed = params['router_port'] == (params.get('probe') or {}).get('port')
+        for job in servers + others + ([router] if router and router_probed else []):
+            job['probe'] = self.asked(probe, job)
+        if router and not router_probed:
+            router['probe'] = None
+        server = live_last(servers)
+        download = roles['download']
+        http = self.server_http(server, probe) if server else self.server_http({}, None)
+        answer = server.get('probe') or {}
+        running = dict((j['role'], j) for j in (server, router) if j and j['state'] == 'RUNNING' and j.get('nodes'))
+        tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port']) if 'router' in running else
+                     '%s:%s' % (running['replica']['nodes'], params['port']) if 'replica' in running else '')
+        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
+        said = progress(layout, (live_last(download) or (download[-1] if download else None)) or None,
+                        server or (servers[-1] if servers else None), params.get('model_dir'),
+                        ready=answer.get('status') == 'ready', endpoint=answer.get('endpoint'),
+                        model=(params.get('probe') or {}).get('model'))
+        return dict(
+            changed=False, layout=layout.as_dict(), jobs=jobs,
+            server=server or None, download=download, replicas=others,
+            endpoint=('http://%s:%s/v1' % (server['nodes'], params['port'])) if server.get('state') == 'RUNNING' else None,
+            endpoint_file=endpoint_vars, endpoint_file_text=endpoint_text, tunnel_to=tunnel_to, relay=os.path.exists(layout.relay_file),
+            router=self.router_view(router, others, probe), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
+            bad_node_ttl=params['bad_node_ttl'], probe_error=probe_error, time=int(time.time()),
+            polls=self.ctx.cli.polls, accounting_calls=self.ctx.cli.accounting_calls, **dict(said, **http))

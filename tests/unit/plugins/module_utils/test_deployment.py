@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""deployment (glm.serve.deployment_info's logic) over a fake Slurm client: no cluster."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import time
+
+
+def test_one_squeue_and_membership_by_comment(tmp_path, view, job):
+    rows = [job('10', 'glm-download', 'COMPLETED', 'glm.serve:glm-serve:download'),
+            job('11', 'glm-serve', comment='glm.serve:glm-serve:replica:1'),
+            job('12', 'glm-serve-2', comment='glm.serve:glm-serve:replica:2', nodes='node2'),
+            job('13', 'glm-serve-2', comment='glm.serve:glm-serve-2:replica:1', nodes='node3'),   # another deployment
+            job('14', 'glm-serve-router', 'PENDING', 'glm.serve:glm-serve:router'),
+            job('15', 'unrelated')]
+    out, cli = view(tmp_path, rows)
+    assert [c[0] for c in cli.calls] == ['squeue'] and out['polls'] == 1 and out['accounting_calls'] == 0
+    assert cli.calls[0][1]['all_states'] and cli.calls[0][1]['user'] == 'u'
+    assert [(j['job_id'], j['role'], j['replica']) for j in out['jobs']] == [
+        ('10', 'download', None), ('11', 'replica', 1), ('12', 'replica', 2), ('14', 'router', None)]
+    assert out['server']['job_id'] == '11' and [r['job_id'] for r in out['replicas']] == ['12']
+    assert out['router']['job']['job_id'] == '14' and out['router']['workers'] == []
+    assert out['endpoint'] == 'http://node1:30000/v1' and out['tunnel_to'] == 'node1:30000'
+    assert out['layout']['files']['bad_nodes'] == str(tmp_path / 'bad-nodes.json')
+
+
+def test_sacct_only_when_slurmctld_forgot(tmp_path, view, job):
+    old = [job(str(i), 'glm-serve', 'COMPLETED') for i in range(1, 8)]
+    out, cli = view(tmp_path, [job('20', 'glm-download', 'COMPLETED')], accounting=old)
+    assert [c[0] for c in cli.calls] == ['squeue', 'sacct'] and cli.calls[1][1]['name'] == 'glm-serve,glm-download'
+    servers = [j for j in out['jobs'] if j['role'] == 'replica']
+    assert [j['job_id'] for j in servers] == ['3', '4', '5', '6', '7'] and servers[0]['source'] == 'accounting'
+    assert out['server'] is None and out['endpoint'] is None and out['router'] is None
+
+
+def test_files_bad_nodes_within_ttl_workers_and_endpoint(tmp_path, view):
+    now = time.time()
+    (tmp_path / 'bad-nodes.json').write_text(json.dumps({'node1': {'since': now - 10, 'cause': 'ECC'},
+                                                         'node2': {'since': now - 100000, 'cause': 'old'}}))
+    (tmp_path / 'router-workers.json').write_text(json.dumps({'workers': [{'url': 'http://node2:30000', 'replica': 'glm-serve',
+                                                                           'healthy': True}]}))
+    (tmp_path / 'endpoint').write_text('GLM_BASE_URL=http://node2:30000/v1\nGLM_MODEL=glm-5.3-flash\n')
+    out, _cli = view(tmp_path, [], endpoint_file=str(tmp_path / 'endpoint'))
+    assert list(out['bad_nodes']) == ['node1']
+    assert out['router']['workers'][0]['replica'] == 'glm-serve' and out['router']['job'] is None
+    assert out['endpoint_file'] == {'GLM_BASE_URL': 'http://node2:30000/v1', 'GLM_MODEL': 'glm-5.3-flash'}
+    assert out['phase'] == 'none' and out['progress'] == 'no job: deploy to start one' and out['relay'] is False
+
+
+def test_unreadable_key_still_shows_the_jobs(tmp_path, view, job):
+    out, _cli = view(tmp_path, [job('11', 'glm-serve')],
+                     probe={'port': 30000, 'key_file': str(tmp_path / 'nope'), 'model': 'm', 'path': '/v1/models', 'timeout': 1})
+    assert out['server']['job_id'] == '11' and out['server']['probe'] is None
+    assert 'cannot read the API key file' in out['probe_error']

@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""status_report (and its filter): the status lines and the glm.serve/status/v1 document from deployment_info's result."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.glm.serve.plugins.filter.status_report import status_report as status_filter
+from ansible_collections.glm.serve.plugins.module_utils import status_report
+
+SETTINGS = {'host': 'local', 'model': 'glm-5.3-flash', 'port': 30000, 'api_key_file': '~/glm/api-key',
+            'tunnel_command': 'ssh ...', 'router_policy': 'cache_aware'}
+
+
+def test_status_lines_and_document(tmp_path, view, job):
+    out, _cli = view(tmp_path, [job('11', 'glm-serve', end_time='2026-12-01T18:00:00'),
+                                job('9', 'glm-download', 'COMPLETED', end_time='2026-12-01T10:00:00')])
+    out['server']['probe'] = {'status': 'ready', 'max_model_len': 8192, 'endpoint': 'http://node1:30000', 'detail': 'serves x'}
+    out['without_key_status'] = 401
+    lines = status_report.lines(out, None, SETTINGS)
+    assert lines[0] == 'glm-serve job 11: RUNNING on node1, ends 2026-12-01T18:00:00'
+    # squeue has no exit code (the listing asks no scontrol per job, as status always did)
+    assert lines[1] == 'glm-download job 9: COMPLETED, ended 2026-12-01T10:00:00'
+    assert 'load: not asked (no server answering)' in lines and 'endpoint: http://node1:30000/v1' in lines
+    assert 'model: glm-5.3-flash (max_model_len 8192)' in lines
+    assert '/v1/models: answers (HTTP 200 with the key, 401 without)' in lines and 'nodes avoided: none' in lines
+    assert 'tunnel: no relay in %s (installed by a deploy of this release): run glm.serve.deploy once, it changes nothing else' % (
+        tmp_path / 'glm_relay.py') in lines
+    doc = status_report.document(out, None, SETTINGS, now=0)
+    assert sorted(doc) == sorted(['schema', 'time', 'host', 'model', 'phase', 'progress', 'load', 'activity', 'jobs', 'server',
+                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas'])
+    assert doc['time'] == '1970-01-01T00:00:00Z' and doc['server']['answers'] == 'ready' and doc['router'] is None
+    assert [j['job_id'] for j in doc['jobs']] == ['11', '9']
+
+
+def test_load_and_idle_texts():
+    load = {'running': 1, 'queued': None, 'gen_throughput': 12.4, 'token_usage': 0.25, 'requests_total': 7}
+    assert status_report.load_line(load, 200, {'idle_for': 3, 'idle_timeout': 12}) == (
+        'load: 1 running, 0 queued, 12 tokens/s generated, KV cache 25% used, 7 requests since the start; '
+        'last request 3 s ago; stops after 12 s idle (server_idle_timeout)')
+    assert status_report.idle_text({'idle_for': 130, 'idle_timeout': 7200}) == 'last request 2 min ago; stops after 2 h idle (server_idle_timeout)'
+    assert status_report.load_line(None, 404, None).startswith('load: unknown (the server runs without --enable-metrics')
+
+
+def test_filter_checks_its_input(tmp_path, view):
+    out, _cli = view(tmp_path, [])
+    assert status_filter(out, None, **SETTINGS)['lines'][0] == 'jobs: none'
+    with pytest.raises(AnsibleFilterError):
+        status_filter({}, None, **SETTINGS)
+    with pytest.raises(AnsibleFilterError):
+        status_filter(out, None, host='x')
