@@ -9,14 +9,14 @@ several replicas, the router job (``NAME-router`` by default), all with their fi
 playbooks (through the ``glm.serve.deployment_layout`` filter) and the modules read the names from here; a lint check
 (tests/tooling/check_layout_names.py) keeps YAML and templates from spelling them.
 
-Membership. A job belongs to a deployment when its Slurm comment says so: each batch script carries
-``#SBATCH --comment=glm.serve:DEPLOYMENT:ROLE[:K]`` (DEPLOYMENT is the server job name, ROLE one of download, replica,
-router), which ``squeue -o %k`` prints back (Slurm 22.05 too). A name pattern alone cannot decide it: replica 2 of the
+Membership. A job belongs to a deployment when its Slurm comment says so: each job is submitted with
+``--comment=glm.serve:DEPLOYMENT:ROLE[:K]`` (DEPLOYMENT is the server job name, ROLE one of download, replica,
+router), on sbatch's command line rather than in the scripts (the replicas share one serve.sbatch, which must
+stay the same for all of them), which ``squeue -o %k`` prints back (Slurm 22.05 too). A name pattern alone cannot decide it: replica 2 of the
 deployment ``glm-serve`` is named ``glm-serve-2``, which is also the server of a deployment named ``glm-serve-2``; the
 comments of the two say ``glm.serve:glm-serve:replica:2`` and ``glm.serve:glm-serve-2:replica:1``. A job with a
 comment of another deployment (or another tool's comment) is never a member, whatever its name. A job with no comment
-at all (submitted by a release before the comment) is judged by its name, as before, until the next deploy replaces
-it.
+at all (submitted by a release before the comment) is judged by its name, as before, for as long as it runs.
 """
 
 from __future__ import absolute_import, division, print_function
