@@ -10,9 +10,6 @@ __metaclass__ = type
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.glm.serve.plugins.filter.deployment_layout import deployment_layout
 from ansible_collections.glm.serve.plugins.module_utils import layout as lay
 
 WORK = '/home/u/glm'
@@ -91,32 +88,3 @@ def test_by_role():
     assert [j['job_id'] for j in roles['router']] == ['4']
     assert dict((k, [j['job_id'] for j in v]) for k, v in roles['replicas'].items()) == {1: ['2'], 2: ['3']}
     assert [j['job_id'] for j in roles['others']] == ['5']
-
-
-def test_filter():
-    out = deployment_layout(WORK, 'glm-serve', 'glm-download', 'glm-serve-router', replicas=2)
-    assert out['jobs'] == {'download': 'glm-download', 'server': 'glm-serve', 'router': 'glm-serve-router',
-                           'replicas': ['glm-serve', 'glm-serve-2']}
-    assert out['files']['replica_urls'] == {'glm-serve': WORK + '/replicas/glm-serve.url',
-                                            'glm-serve-2': WORK + '/replicas/glm-serve-2.url'}
-    assert out['comments']['replicas']['glm-serve-2'] == 'glm.serve:glm-serve:replica:2'
-    # the %-patterns render as the batch scripts' shell words
-    assert out['patterns']['activity'] % {'name': '$SLURM_JOB_NAME', 'job_id': '$SLURM_JOB_ID'} == '$SLURM_JOB_NAME-$SLURM_JOB_ID.activity'
-    assert deployment_layout(WORK)['jobs']['router'] == 'glm-serve-router'
-
-
-@pytest.mark.parametrize('args', [(None,), ('',), (WORK, 'glm-serve', 'glm-download', None, 'x')])
-def test_filter_refuses(args):
-    with pytest.raises(AnsibleFilterError):
-        deployment_layout(*args)
-
-
-def test_member_filter():
-    from ansible_collections.glm.serve.plugins.filter.deployment_layout import deployment_member
-    assert deployment_member('glm-serve-2', 'glm-serve') == {'name': 'glm-serve-2', 'role': 'replica', 'replica': 2,
-                                                             'comment': 'glm.serve:glm-serve:replica:2'}
-    assert deployment_member('glm-serve-router', 'glm-serve')['comment'] == 'glm.serve:glm-serve:router'
-    assert deployment_member('other', 'glm-serve') is None
-    assert deployment_member({'name': 'glm-serve-2', 'comment': 'glm.serve:glm-serve-2:replica:1'}, 'glm-serve') is None
-    with pytest.raises(AnsibleFilterError):
-        deployment_member(3)

@@ -10,9 +10,6 @@ __metaclass__ = type
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.glm.serve.plugins.filter.status_report import status_report as status_filter
 from ansible_collections.glm.serve.plugins.module_utils import status_report
 
 SETTINGS = {'host': 'local', 'model': 'glm-5.3-flash', 'port': 30000, 'api_key_file': '~/glm/api-key',
@@ -47,12 +44,3 @@ def test_load_and_idle_texts():
         'last request 3 s ago; stops after 12 s idle (server_idle_timeout)')
     assert status_report.idle_text({'idle_for': 130, 'idle_timeout': 7200}) == 'last request 2 min ago; stops after 2 h idle (server_idle_timeout)'
     assert status_report.load_line(None, 404, None).startswith('load: unknown (the server runs without --enable-metrics')
-
-
-def test_filter_checks_its_input(tmp_path, view):
-    out, _cli = view(tmp_path, [])
-    assert status_filter(out, None, **SETTINGS)['lines'][0] == 'jobs: none'
-    with pytest.raises(AnsibleFilterError):
-        status_filter({}, None, **SETTINGS)
-    with pytest.raises(AnsibleFilterError):
-        status_filter(out, None, host='x')
