@@ -141,6 +141,7 @@ class JobWaiter:
             if self._all_succeeded():
                 return False
             outcome.covered = self.covered = self._covered(now)
+            outcome.held = not self.until_gone and self.book.held(self._open(), self.outputs.readable)
             schedule.done(now, outcome)
         if self._look_at_signals():
             schedule.signal(self.clock.now())
@@ -323,6 +324,7 @@ class JobWaiter:
         for target in open_targets:
             if target.job_id in detail and target.job_id not in seen:
                 self._gone(target)
+        self.book.read_released(open_targets, before, detail)
         outcome = self._outcome(open_targets, before, self.book.states())
         self._event_chains()
         if not self.until_gone:
@@ -341,8 +343,8 @@ class JobWaiter:
             if target.changed:
                 outcome.target_changed = True
                 outcome.target_running = self.book.state(target.job_id) == 'RUNNING'
-            if target.parent_changed and any(self.book.state(p) in sp.TERMINAL_STATES for p in target.parent_ids):
-                outcome.parent_ended = True
+            ended = any(self.book.state(p) in sp.TERMINAL_STATES for p in target.parent_ids)
+            outcome.parent_ended = outcome.parent_ended or (target.parent_changed and ended and not target.changed)
         return outcome
 
     def _gone(self, target):

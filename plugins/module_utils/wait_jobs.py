@@ -64,12 +64,17 @@ class Target(Saved):
         return super(Target, self).load_field(key, value, base)
 
     def ids_to_ask(self, book, covered):
-        """The ids the next round asks about. A job PENDING on a running parent changes only after that parent
-        ends: ask for the parents alone, and for the job every third round (someone may cancel or hold it), once a
-        parent changed or its file spoke. While the signals cover the wait (the parents' outputs grow), ask for the
-        job alone."""
+        """The ids the next round asks about. A job PENDING on a parent that is still PENDING: ask for the parents
+        alone (their start and node are news), and for the job every third round (someone may cancel or hold it),
+        once a parent changed or its file spoke. Once every parent runs, or while the signals cover the wait, ask
+        for the job alone: a parent's end shows in the job's own row (it starts, or can no longer run), one call
+        where asking for the parents too makes two (a failure reads the parent again, JobWaiter._fail_dependency)."""
         parents = [p for p in self.parent_ids if book.state(p) not in sp.TERMINAL_STATES]
         job = book.jobs.get(self.job_id) or {}
+        if parents and job.get('state') == 'PENDING' and all(book.state(p) == 'RUNNING' for p in parents):
+            self.skipped = 0
+            self.parent_changed = self.own_signal = False
+            return [self.job_id]
         alone = parents and job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY \
             and self.skipped < 2 and not self.parent_changed and not self.own_signal
         self.skipped = self.skipped + 1 if alone else 0
@@ -126,6 +131,14 @@ class JobBook(Saved):
         by_id = dict((r['job_id'], r) for r in rows)
         return [i for i in ids if i not in by_id or by_id[i]['state'] != self.state(i)]
 
+    def read_released(self, targets, before, asked):
+        """After a round that read ``asked``: the parents of the ``targets`` that left their Dependency since
+        ``before`` (job id -> (state, reason)), read once more for their final rows (the chain says how they
+        ended; a round that asks for the job alone leaves them as they were)."""
+        stale = sorted(set(p for t in targets for p in self.released(t, before.get(t.job_id)) if p not in asked))
+        if stale:
+            self.refresh(stale)
+
     def learn(self, ids):
         """Read the rows of the ``ids`` never seen (the parents of a job Slurm cancelled)."""
         for job_id in ids:
@@ -181,6 +194,27 @@ class JobBook(Saved):
         """The last lines of the job's output file (secrets redacted; [] when there is none)."""
         return read_tail(self.output_paths.get(job_id) or (self.jobs.get(job_id) or {}).get('output_path'),
                          self.files, secrets=self.secrets)
+
+    def held(self, targets, readable):
+        """True when each of ``targets`` is PENDING (Dependency) on parents that have not ended, and the files show
+        a parent's end: the job's own output file is watched (it appears when the job starts) and so is each
+        parent's, there once the parent runs (its error lines show). ``readable(job_id, running)`` says so.
+        Nothing of the job's own changes before a parent ends: PollSchedule then keeps rounds ``cap`` apart."""
+        for target in targets:
+            job = self.jobs.get(target.job_id) or {}
+            parents = [p for p in target.parent_ids if self.state(p) not in sp.TERMINAL_STATES]
+            if not (parents and job.get('state') == 'PENDING' and job.get('reason') == sp.DEPENDENCY and
+                    readable(target.job_id, False) and all(readable(p, self.state(p) == 'RUNNING') for p in parents)):
+                return False
+        return bool(targets)
+
+    def released(self, target, before):
+        """The parents to read again now that ``target`` left its Dependency (a parent ended) since ``before`` (its
+        (state, reason)): those that a round asking for the job alone still shows as not ended."""
+        was, now = before, (self.state(target.job_id), (self.jobs.get(target.job_id) or {}).get('reason'))
+        if was != ('PENDING', sp.DEPENDENCY) or now == was:
+            return []
+        return [p for p in target.parent_ids if p in self.jobs and self.state(p) not in sp.TERMINAL_STATES]
 
     def covered(self, targets, alive, now):
         """True when the cheap signals cover every event of each of ``targets`` but a silent death, and their output

@@ -54,14 +54,18 @@ class RoundOutcome:
     :param parent_ended: a parent just reached a terminal state (the job starts or is cancelled within seconds)
     :param covered: every job waited for is in a phase whose events the cheap signals cover, and their output
         files show them alive (the next round can wait for the backstop)
+    :param held: every job waited for is held by a dependency on parents that have not ended: nothing of its own
+        changes before a parent ends, and that end shows without a call (the next round can wait for ``cap``)
     """
 
-    def __init__(self, target_changed=False, target_running=False, changed=False, parent_ended=False, covered=False):
+    def __init__(self, target_changed=False, target_running=False, changed=False, parent_ended=False, covered=False,
+                 held=False):
         self.target_changed = target_changed
         self.target_running = target_running
         self.changed = changed or target_changed
         self.parent_ended = parent_ended
         self.covered = covered
+        self.held = held
 
 
 class PollSchedule(Saved):
@@ -75,6 +79,10 @@ class PollSchedule(Saved):
       (up to ``cap``) while signals keep coming without any change, so a chatty log cannot flood the controller.
     * While the signals cover every event (``covered``), the next round is a ``backstop`` away; the ramp is kept
       for when they no longer do.
+    * While the jobs are held by their dependencies (``held``), the next round is at least ``cap`` away: the ramp
+      looks for a job's own quick changes, and a held job has none before a parent ends; that end shows in the
+      files (the job's own output appears, a parent's shows an error line), and what does not show (a parent
+      that dies without a word, the job cancelled while it waits) is seen within ``cap``, as after the ramp.
 
     It saves itself (:class:`wait_state.Saved`): a slice restored from it makes its first round when this one's
     was due, not at its start.
@@ -119,6 +127,8 @@ class PollSchedule(Saved):
             self.next_round = now + policy.min_gap
         elif outcome.covered:
             self.next_round = now + max(self.interval, policy.backstop)
+        elif outcome.held:
+            self.next_round = now + max(self.interval, policy.cap)
         else:
             self.next_round = now + self.interval
         self.trigger_at = None

@@ -173,6 +173,12 @@ class OutputSignals(Saved):
     def watching(self, job_id):
         return job_id in self.watchers
 
+    def readable(self, job_id, running):
+        """True when the job's output file is watched at a known path, and there if the job ``running``: its
+        appearance and its lines can speak for the job."""
+        watcher = self.watchers.get(job_id)
+        return watcher is not None and bool(watcher.path) and (not running or watcher.state is not None)
+
     def alive(self, job_id, now):
         watcher = self.watchers.get(job_id)
         return watcher is not None and watcher.grew_at is not None and now - watcher.grew_at < self.stall_after

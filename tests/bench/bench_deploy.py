@@ -113,8 +113,9 @@ def playbook(tree, name, extra, verbose=False):
     return time.time() - started, proc.stdout, proc.returncode
 
 
-def slices(out):
-    """[(polls, duration, phase)] of each item of the server's wait (the -v results)."""
+def slices(out, events=None):
+    """[(polls, duration, phase)] of each item of the server's wait (the -v results); ``events``, a list, gets the
+    wait's event lines (the last slice's, which carry the earlier slices' too)."""
     decoder = json.JSONDecoder()
     found = []
     for match in ITEM.finditer(out):
@@ -124,6 +125,8 @@ def slices(out):
             continue
         if 'polls' in result and 'wait_done' in result:
             found.append((result['polls'], result.get('duration'), result.get('phase')))
+            if events is not None:
+                events[:] = result.get('events') or []
     return found
 
 
@@ -144,11 +147,13 @@ def deploy(tree, download, loading):
         scancel_names(NAMES)
         shutil.rmtree(os.path.join(login_home(), WORK), ignore_errors=True)
     own = dict((k, v) for k, v in types.items() if k not in JOB_SIDE_RPCS)
+    events = []
+    found = slices(out, events)
     minutes = seconds / 60.0
     return {'tree': tree, 'rc': rc, 'seconds': round(seconds, 1), 'sdiag_rpcs': total, 'own_rpcs': sum(own.values()),
             'own_per_min': round(sum(own.values()) / minutes, 2), 'by_type': own,
             'per_min_by_type': dict((k, round(v / minutes, 2)) for k, v in own.items()),
-            'job_side': dict((k, v) for k, v in types.items() if k in JOB_SIDE_RPCS), 'slices': slices(out),
+            'job_side': dict((k, v) for k, v in types.items() if k in JOB_SIDE_RPCS), 'slices': found, 'events': events,
             'started': time.strftime('%H:%M:%S', time.localtime(time.time() - seconds)),
             'timeline': [w for w in when if 'REQUEST_' + w[1] not in JOB_SIDE_RPCS],
             'tail': out[-3000:] if rc else ''}

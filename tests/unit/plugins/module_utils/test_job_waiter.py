@@ -166,7 +166,7 @@ def test_backoff_sequence_on_a_pending_job():
     assert cli.poll_times() == [0, 1, 3, 7, 15, 31, 63, 123]
 
 
-def test_chain_polls_the_parent_alone_while_the_job_waits_for_it():
+def test_chain_asks_for_the_job_alone_while_its_parent_runs():
     timeline = {
         '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (60, job('1', 'COMPLETED', name='dl', nodes='node2'))],
         '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
@@ -179,9 +179,33 @@ def test_chain_polls_the_parent_alone_while_the_job_waits_for_it():
     assert len(cli.calls) * 10 < clock.t, (len(cli.calls), clock.t, cli.calls)
     # completion has no free signal: it is seen within one backoff interval (at most the 60 s cap)
     assert 121 <= clock.t <= 121 + 60
-    # while the child waits on the running parent, most rounds ask for the parent alone
-    waiting = [ids for t, _kind, ids in cli.calls if t < 60]
-    assert waiting.count(('1',)) > len(waiting) / 2, cli.calls
+    # while the child waits on the running parent, the rounds ask for the child alone (its row shows the parent's
+    # end); the parent is asked at the start and once more when the child left its dependency (its final row)
+    waiting = [ids for t, _kind, ids in cli.calls if 0 < t < 60]
+    assert waiting and all(ids == ('2',) for ids in waiting), cli.calls
+    assert [t for t, _kind, ids in cli.calls if '1' in ids] == [0, 61.001], cli.calls
+    assert [(j['job_id'], j['state']) for j in result['chain']] == [('1', 'COMPLETED'), ('2', 'COMPLETED')]
+
+
+def test_a_job_held_by_its_running_parent_is_asked_cap_apart_not_on_the_ramp():
+    """The ramp looks for a job's own quick changes; a job PENDING (Dependency) has none before its parent ends,
+    and the files show that end (the job's own file appears, the parent's shows an error line): while held, rounds
+    are the cap apart. The parent's log is there but silent (a container being imported): not 'covered'."""
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (400, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (400.5, job('2', 'RUNNING', nodes='node1'))],
+    }
+    files = {'/w/job1.out': [(-1, 'pyxis: importing docker image\n')], '/w/job2.out': [(400.5, 'hi\n')]}
+    waiter, cli, clock = make(timeline, files=files, parents=['1'])
+    result = waiter.wait()
+    assert result['job']['state'] == 'RUNNING' and clock.t <= 401.6
+    held = [t for t, _kind, ids in cli.calls if t < 400]
+    assert held == [0, 0, 60, 120, 180, 240, 300, 360], cli.calls
+    # the same wait without the parent's log (nothing shows its end): the ramp, as before
+    waiter, cli, clock = make(timeline, files={'/w/job2.out': [(400.5, 'hi\n')]}, parents=['1'])
+    waiter.wait()
+    assert [t for t, _kind, _ids in cli.calls if t < 16] == [0, 0, 1, 3, 7, 15], cli.calls
 
 
 @pytest.mark.parametrize('ends', [2.5, 5, 13])

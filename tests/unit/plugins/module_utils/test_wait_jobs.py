@@ -33,15 +33,59 @@ class AccountingCli(FakeCli):
         return [dict(r) for r in self.accounting if r['job_id'] in (job_ids or ())]
 
 
-def test_a_pending_child_asks_for_its_running_parent_alone_then_for_itself_every_third_round():
+def test_a_pending_child_asks_for_its_pending_parent_alone_then_for_itself_every_third_round():
     book = JobBook(None, FakeFiles(FakeClock()))
-    book.merge(job('1', 'RUNNING', name='dl'))
+    book.merge(job('1', 'PENDING', reason='Resources', name='dl'))
     book.merge(job('2', 'PENDING', reason='Dependency'))
     target = Target('2', parents=['1'])
     assert [target.ids_to_ask(book, covered=False) for unused_round in range(4)] == [['1'], ['1'], ['2', '1'], ['1']]
     target.own_signal = True
     assert target.ids_to_ask(book, covered=False) == ['2', '1']
     assert target.ids_to_ask(book, covered=True) == ['2']       # covered: the job alone
+
+
+def test_a_pending_child_of_running_parents_is_asked_for_alone():
+    """Its row shows a parent's end (it starts, or can no longer run): one call where the parents too make more."""
+    book = JobBook(None, FakeFiles(FakeClock()))
+    book.merge(job('1', 'RUNNING', name='dl'))
+    book.merge(job('3', 'RUNNING', name='other'))
+    book.merge(job('2', 'PENDING', reason='Dependency'))
+    target = Target('2', parents=['1', '3'])
+    assert [target.ids_to_ask(book, covered=False) for unused_round in range(4)] == [['2']] * 4
+    book.merge(job('3', 'PENDING', reason='Priority', name='other'))        # one parent not started: asked
+    assert target.ids_to_ask(book, covered=False) == ['1', '3']
+
+
+def test_held_needs_a_dependency_on_live_parents_and_files_that_show_their_end():
+    book = JobBook(None, FakeFiles(FakeClock()))
+    book.merge(job('1', 'RUNNING', name='dl'))
+    book.merge(job('2', 'PENDING', reason='Dependency'))
+    target = Target('2', parents=['1'])
+
+    def every(unused_job_id, unused_running):
+        return True
+    assert book.held([target], every)
+    assert not book.held([], every)
+    assert not book.held([target], lambda job_id, running: not running)     # the running parent's file is not there
+    assert not book.held([target], lambda job_id, running: job_id != '2')   # the job's own path unknown
+    book.merge(job('2', 'PENDING', reason='Resources'))
+    assert not book.held([target], every)                                   # no longer held by its parent
+    book.merge(job('2', 'PENDING', reason='Dependency'))
+    book.merge(job('1', 'COMPLETED', name='dl'))
+    assert not book.held([target], every)                                   # its parent ended
+
+
+def test_a_job_released_from_its_dependency_names_its_parents_to_read_again():
+    book = JobBook(None, FakeFiles(FakeClock()))
+    book.merge(job('1', 'RUNNING', name='dl'))
+    book.merge(job('4', 'COMPLETED', name='done'))
+    book.merge(job('2', 'RUNNING', nodes='n1'))
+    target = Target('2', parents=['1', '4', '9'])                           # 9: never seen, 4: final already
+    assert book.released(target, ('PENDING', 'Dependency')) == ['1']
+    assert book.released(target, ('PENDING', 'Priority')) == []             # it was not held
+    assert book.released(target, None) == []
+    book.merge(job('2', 'PENDING', reason='Dependency'))
+    assert book.released(target, ('PENDING', 'Dependency')) == []           # still held
 
 
 def test_the_book_merges_rows_learns_parents_and_asks_an_output_path_once():

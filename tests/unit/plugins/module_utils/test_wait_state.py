@@ -89,6 +89,16 @@ def test_output_watcher_round_trips_every_field():
     assert isinstance(restored.state, tuple) and restored.partial == 'part'
 
 
+def test_output_signals_say_whether_a_file_can_speak_for_its_job():
+    clock = FakeClock()
+    signals = OutputSignals(FakeFiles(clock, {'/w/job1.out': [(0, 'x\n')]}))
+    signals.watch('1', '/w/job1.out')
+    signals.watch('2', '/w/job2.out')
+    signals.watch('3', None)
+    assert signals.readable('1', True) and signals.readable('2', False) and not signals.readable('2', True)
+    assert not signals.readable('3', False) and not signals.readable('4', False)
+
+
 def test_output_signals_round_trip_their_watchers():
     clock = FakeClock()
     files = FakeFiles(clock, {'/w/job1.out': [(0, 'x\n')]})
@@ -220,3 +230,51 @@ def test_a_slice_costs_no_query_that_the_wait_in_one_piece_would_not_make(phase_
     assert whole_slices == 1 and slices >= 5
     assert [(kind, ids) for _t, kind, ids in sliced] == [(kind, ids) for _t, kind, ids in whole]
     assert all(abs(a[0] - b[0]) <= 1.5 for a, b in zip(sliced, whole)), (sliced, whole)
+
+
+def _bar(start, end, every, text=''):
+    """A log of tqdm segments (a carriage return each, no newline), one every ``every`` seconds from ``start``."""
+    entries = [(start, text)]
+    t = start
+    while t + every < end:
+        t += every
+        text += '\rFetching 13 files: %d%%|' % len(entries)
+        entries.append((t, text))
+    return entries
+
+
+def test_the_real_deploys_13_minute_chain_asks_the_controller_five_times():
+    """bench_deploy.py's chain as the real deploy.yml meets it (issue 22: 13 RPCs of the wait on 3572221): the
+    download job started, its log written, 2 s before the server's wait begins; then a bar segment every 37 s
+    (480 s over 13 files); the server loads for 300 s, a segment every 37.5 s. In 60-s slices: a round at the start
+    (the download), one at the cap (the server alone: held by its dependency, the download runs), the backstop
+    (the download's log grows: covered), the server's start (its file appears) with the download's final row,
+    and the port says when it answers. On 3572221 the same chain made 11 rounds (the ramp at 1, 3, 7, 15, 31, 63 s
+    while the download's log had not yet grown within the wait, both jobs every third round)."""
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (480, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (480.5, job('2', 'RUNNING', nodes='node1'))],
+    }
+    head = '[glm.serve] saving the container image\npyxis: imported docker image\n'
+    download = _bar(-1.0, 479, 480 / 13.0, head)
+    download.append((479.5, download[-1][1] + '\ndownload complete\n'))
+    clock = WallClock()
+    cli = FakeCli(clock, timeline)
+    files = FakeFiles(clock, {'/w/job1.out': download, '/w/job2.out': _bar(481, 780, 300 / 8.0, 'sglang\n')})
+    probe = FakeProbe(clock, ready_at=778)
+    snap, result = None, None
+    while result is None:
+        target = jw.Target('2', parents=['1'], probe=probe,
+                           known=None if snap else job('2', 'PENDING', reason='Dependency', dependency='afterok:1'))
+        waiter = jw.JobWaiter(cli, target, policy=WaitPolicy(timeout=3600, cap=60), clock=clock, files=files)
+        if snap is not None:
+            assert waiter.restore(json.loads(json.dumps(snap)))
+        result = waiter.wait(slice_seconds=60)
+        if result is None:
+            snap = waiter.snapshot()
+            clock.t += 0.7
+    assert [(round(t), ids) for t, _kind, ids in cli.calls] == [
+        (0, ('1',)), (60, ('2',)), (360, ('2',)), (481, ('2',)), (481, ('1',))], cli.calls
+    assert [(j['job_id'], j['state']) for j in result['chain']] == [('1', 'COMPLETED'), ('2', 'RUNNING')]
+    assert 778 <= clock.t <= 780
