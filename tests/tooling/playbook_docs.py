@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write docs/docsite/rst/playbooks.rst, the docs site's page of the collection's playbooks and their variables,
-from each playbook's header comment (what it does, how to run it, the variables it reads). antsibull-docs
+from each playbook's header comment (what it does, how to run it) and its argument spec in
+playbooks/vars/argument_specs.yml (the variables it reads, which it checks at its start). antsibull-docs
 documents modules, plugins and roles but not playbooks; this page is an extra doc of the collection
 (docs/docsite/extra-docs.yml), so it ships in the tarball and the site links it.
 
@@ -16,8 +17,11 @@ import os
 import re
 import sys
 
+import yaml
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGE = os.path.join(ROOT, 'docs', 'docsite', 'rst', 'playbooks.rst')
+SPECS = os.path.join(ROOT, 'playbooks', 'vars', 'argument_specs.yml')
 VARIABLE = re.compile(r'\b((?:glm|api_key|download|server)_[a-z0-9_]+)\b')
 
 HEADER = """\
@@ -91,17 +95,39 @@ def render(lines):
     return out
 
 
+def spec_lines(spec):
+    """A playbook's argument spec as a list: name, type, default or required, description."""
+    out = ['Its own variables, checked at its start (``playbooks/vars/argument_specs.yml``):', '']
+    for name in sorted(spec):
+        option = spec[name]
+        facts = [option.get('type', 'str')]
+        if option.get('choices'):
+            facts.append('one of %s' % ', '.join('``%s``' % c for c in option['choices']))
+        if option.get('required'):
+            facts.append('required')
+        elif 'default' in option:
+            default = option['default']
+            facts.append('default ``%s``' % (str(default).lower() if isinstance(default, bool) else default))
+        description = ' '.join(str(option.get('description', '')).split())
+        out.append('- ``%s`` (%s): %s' % (name, ', '.join(facts), re.sub(r'([\\*`|])', r'\\\1', description)))
+    return out + ['']
+
+
 def page():
     out = [HEADER]
+    with open(SPECS, encoding='utf-8') as handle:
+        specs = yaml.safe_load(handle)['glm_playbook_argument_specs']
     for path in sorted(glob.glob(os.path.join(ROOT, 'playbooks', '*.yml'))):
         name = os.path.splitext(os.path.basename(path))[0]
         lines = header_comment(path)
         title = 'glm.serve.%s' % name
         out.extend(['.. _ansible_collections.glm.serve.docsite.playbooks.%s:' % name, '', title, '-' * len(title), ''])
         out.extend(render(lines))
-        names = sorted(set(VARIABLE.findall('\n'.join(lines))))
+        if name in specs:
+            out.extend(spec_lines(specs[name]))
+        names = sorted(set(VARIABLE.findall('\n'.join(lines))) - set(specs.get(name) or ()))
         if names:
-            out.extend(['Variables named here: %s.' % ', '.join('``%s``' % n for n in names), ''])
+            out.extend(['Other variables named here: %s.' % ', '.join('``%s``' % n for n in names), ''])
     return '\n'.join(out).rstrip('\n') + '\n'
 
 
