@@ -25,3 +25,18 @@ attributes:
     support: full
     platforms: posix
 '''
+
+    # A module that only reads: Slurm's queries (squeue, scontrol show, sacct) and files on the login node.
+    SLURM_READ_ONLY = r'''
+attributes:
+  check_mode:
+    description: Reads only; runs the same in check mode.
+    support: full
+  diff_mode:
+    description: Not supported.
+    support: none
+  platform:
+    description: Runs on the login node of the cluster (a POSIX host with the Slurm client tools).
+    support: full
+    platforms: posix
+'''

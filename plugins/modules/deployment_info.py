@@ -33,17 +33,7 @@ author:
 extends_documentation_fragment:
   - glm.serve.slurm
   - glm.serve.slurm.probe
-attributes:
-  check_mode:
-    description: Reads only; runs the same in check mode.
-    support: full
-  diff_mode:
-    description: Not supported.
-    support: none
-  platform:
-    description: Runs on the login node of the cluster (a POSIX host with the Slurm client tools).
-    support: full
-    platforms: posix
+  - glm.serve.attributes.slurm_read_only
 options:
   work_dir:
     description: The deployment's work dir, resolved (C(glm_paths.work_dir)).

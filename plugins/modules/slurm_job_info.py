@@ -25,17 +25,7 @@ author:
 extends_documentation_fragment:
   - glm.serve.slurm
   - glm.serve.slurm.probe
-attributes:
-  check_mode:
-    description: Reads only; runs the same in check mode.
-    support: full
-  diff_mode:
-    description: Not supported.
-    support: none
-  platform:
-    description: Runs on the login node of the cluster (a POSIX host with the Slurm client tools).
-    support: full
-    platforms: posix
+  - glm.serve.attributes.slurm_read_only
 options:
   job_ids:
     description: Jobs to read. With job ids and no O(user), jobs of any user are shown.

@@ -29,14 +29,16 @@ sys.path.insert(0, os.path.join(REPO, "tests", "tooling", "sglang_cli"))
 import check_args  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 KEY = "0123abcd" * 6
-SEED_SERVE = """srun --container-image="$IMAGE" \\
+#: the seed guide's serve.sbatch step; {mem}: --mem-fraction-static, {extra}: more flag lines before --host (its
+#: low-latency variant adds EAGLE's)
+SEED_SERVE_TEMPLATE = """srun --container-image="$IMAGE" \\
   --ntasks=1 --gres=gpu:8 --cpus-per-task="$SLURM_CPUS_ON_NODE" \\
   bash -c 'unset NCCL_NET; exec python3 -m sglang.launch_server \\
     --model-path "$MODEL" \\
     --served-model-name glm-5.3-flash \\
     --tp-size 8 \\
     --ep-size 8 \\
-    --mem-fraction-static 0.75 \\
+    --mem-fraction-static {mem} \\
     --kv-cache-dtype bfloat16 \\
     --dsa-prefill-backend tilelang \\
     --dsa-decode-backend tilelang \\
@@ -44,9 +46,10 @@ SEED_SERVE = """srun --container-image="$IMAGE" \\
     --reasoning-parser glm45 \\
     --tool-call-parser glm47 \\
     --api-key "$GLM_API_KEY" \\
-    --host 0.0.0.0 \\
+{extra}    --host 0.0.0.0 \\
     --port 30000'
 """
+SEED_SERVE = SEED_SERVE_TEMPLATE.format(mem="0.75", extra="")
 STRAWBERRY = "How many times does the letter r appear in strawberry?"
 
 

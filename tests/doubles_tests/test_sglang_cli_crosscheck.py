@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from standin_helpers import PYTHON, REPO
+from standin_helpers import PYTHON, REPO, SEED_SERVE_TEMPLATE
 
 VENV = os.environ.get("SGLANG_CLI_VENV") or os.path.join(REPO, ".venv-sglang")
 VENV_PYTHON = os.path.join(VENV, "bin", "python")
@@ -25,24 +25,7 @@ WORK=$HOME/glm
 IMAGE=$WORK/sglang.sqsh
 export MODEL=$WORK/GLM-5.3-Flash
 export GLM_API_KEY=$(cat "$WORK/api-key")
-srun --container-image="$IMAGE" \\
-  --ntasks=1 --gres=gpu:8 --cpus-per-task="$SLURM_CPUS_ON_NODE" \\
-  bash -c 'unset NCCL_NET; exec python3 -m sglang.launch_server \\
-    --model-path "$MODEL" \\
-    --served-model-name glm-5.3-flash \\
-    --tp-size 8 \\
-    --ep-size 8 \\
-    --mem-fraction-static {mem} \\
-    --kv-cache-dtype bfloat16 \\
-    --dsa-prefill-backend tilelang \\
-    --dsa-decode-backend tilelang \\
-    --moe-runner-backend deep_gemm \\
-    --reasoning-parser glm45 \\
-    --tool-call-parser glm47 \\
-    --api-key "$GLM_API_KEY" \\
-{extra}    --host 0.0.0.0 \\
-    --port 30000'
-"""
+""" + SEED_SERVE_TEMPLATE
 EAGLE = """    --speculative-algorithm EAGLE \\
     --speculative-num-steps 5 \\
     --speculative-eagle-topk 1 \\

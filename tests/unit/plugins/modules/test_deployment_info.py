@@ -8,59 +8,30 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
-
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.modules import deployment_info
 
 
-class Done(Exception):
-    pass
-
-
-def run(monkeypatch, args, answers):
+def run(run_module, args, answers):
+    """deployment_info's result, and the commands it ran (each answered by the first ``answers`` entry that matches)."""
     calls = []
-
-    def exit_json(module, **kwargs):
-        raise Done(dict(kwargs, failed=False))
-
-    def fail_json(module, **kwargs):
-        raise Done(dict(kwargs, failed=True))
 
     def run_command(module, argv, **kwargs):
         calls.append(list(argv))
         for match, answer in answers:
             if match(argv):
                 return answer
-        pytest.fail('unexpected command %r' % (argv,))
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, 'run_command', run_command)
-    monkeypatch.setattr(basic.AnsibleModule, 'get_bin_path', lambda module, name, *a, **k: '/usr/bin/' + name)
-    try:
-        from ansible.module_utils.testing import patch_module_args
-    except ImportError:
-        patch_module_args = None
-    if patch_module_args is not None:
-        with patch_module_args(args):
-            with pytest.raises(Done) as done:
-                deployment_info.main()
-    else:
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-        with pytest.raises(Done) as done:
-            deployment_info.main()
-    return done.value.args[0], calls
+        return pytest.fail('unexpected command %r' % (argv,))
+    return run_module(deployment_info.main, args, run_command), calls
 
 
 def squeue_line(*values):
     return sp.SEP.join(values)
 
 
-def test_one_squeue_with_the_comment(monkeypatch, tmp_path):
+def test_one_squeue_with_the_comment(run_module, tmp_path):
     # job_id state reason nodes user partition elapsed time_limit end_time dependency work_dir comment name
     listing = '\n'.join([
         squeue_line('41', 'RUNNING', 'None', 'node1', 'u', 'p', '1:00', '8:00:00', '2026-12-01T18:00:00', '(null)', '/w',
@@ -70,7 +41,7 @@ def test_one_squeue_with_the_comment(monkeypatch, tmp_path):
         squeue_line('40', 'COMPLETED', 'None', 'node3', 'u', 'p', '5:00', '2:00:00', '2026-12-01T10:00:00', '(null)', '/w',
                     'glm.serve:glm-serve:download', 'glm-download'),
     ]) + '\n'
-    result, calls = run(monkeypatch, {'work_dir': str(tmp_path), 'user': 'u'}, [
+    result, calls = run(run_module, {'work_dir': str(tmp_path), 'user': 'u'}, [
         (lambda argv: argv[1:] == ['--version'], (0, 'slurm 22.05.8\n', '')),
         (lambda argv: argv[0].endswith('squeue'), (0, listing, '')),
     ])

@@ -14,39 +14,9 @@ import time
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.glm.serve.plugins.modules import job_log
 
 KEY = 'f00d' * 12
-
-
-class Done(Exception):
-    pass
-
-
-def run(monkeypatch, args):
-    def exit_json(module, **kwargs):
-        raise Done(dict(kwargs, failed=False))
-
-    def fail_json(module, **kwargs):
-        raise Done(dict(kwargs, failed=True))
-    monkeypatch.setattr(basic.AnsibleModule, 'exit_json', exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, 'fail_json', fail_json)
-    monkeypatch.setattr(basic.AnsibleModule, 'run_command', lambda *a, **k: pytest.fail('job_log ran a command: %r' % (a,)))
-    try:
-        from ansible.module_utils.testing import patch_module_args
-    except ImportError:
-        patch_module_args = None
-    if patch_module_args is not None:
-        with patch_module_args(args):
-            with pytest.raises(Done) as done:
-                job_log.main()
-    else:
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-        with pytest.raises(Done) as done:
-            job_log.main()
-    return done.value.args[0]
 
 
 @pytest.fixture
@@ -61,8 +31,8 @@ def work(tmp_path):
     return tmp_path
 
 
-def test_the_newest_jobs_tail_with_the_key_masked(monkeypatch, work):
-    result = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'lines': 5, 'key_file': str(work / 'api-key')})
+def test_the_newest_jobs_tail_with_the_key_masked(run_module, work):
+    result = run_module(job_log.main, {'name': 'glm-serve', 'chdir': str(work), 'lines': 5, 'key_file': str(work / 'api-key')})
     assert not result['failed'] and result['job_id'] == '1000' and result['path'] == str(work / 'glm-serve-1000.out')
     assert result['lines'][:3] == ['line 58', 'line 59', 'line 60']
     assert "'api_key': '********'" in result['lines'][3] and 'Bearer ********' in result['lines'][4]
@@ -70,8 +40,8 @@ def test_the_newest_jobs_tail_with_the_key_masked(monkeypatch, work):
     assert result['offset'] == result['size'] == (work / 'glm-serve-1000.out').stat().st_size
 
 
-def test_following_returns_what_was_written_after_the_offset_and_keeps_a_partial_line(monkeypatch, work):
-    first = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'lines': 1})
+def test_following_returns_what_was_written_after_the_offset_and_keeps_a_partial_line(run_module, work):
+    first = run_module(job_log.main, {'name': 'glm-serve', 'chdir': str(work), 'lines': 1})
     log = work / 'glm-serve-1000.out'
 
     def write():
@@ -80,19 +50,19 @@ def test_following_returns_what_was_written_after_the_offset_and_keeps_a_partial
             handle.write('loading 1\nloading 2\nloa')
     writer = threading.Thread(target=write)
     writer.start()
-    step = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '1000', 'offset': first['offset'], 'wait': 1})
+    step = run_module(job_log.main, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '1000', 'offset': first['offset'], 'wait': 1})
     writer.join()
     assert step['lines'] == ['loading 1', 'loading 2']                     # the partial "loa" waits
     with open(str(log), 'a') as handle:
         handle.write('ded\n')
-    last = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '1000', 'offset': step['offset']})
+    last = run_module(job_log.main, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '1000', 'offset': step['offset']})
     assert last['lines'] == ['loaded'] and last['offset'] == log.stat().st_size
 
 
-def test_no_file_and_a_missing_job(monkeypatch, work):
-    none = run(monkeypatch, {'name': 'nothing', 'chdir': str(work)})
+def test_no_file_and_a_missing_job(run_module, work):
+    none = run_module(job_log.main, {'name': 'nothing', 'chdir': str(work)})
     assert not none['failed'] and none['path'] is None and none['lines'] == []
-    missing = run(monkeypatch, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '5'})
+    missing = run_module(job_log.main, {'name': 'glm-serve', 'chdir': str(work), 'job_id': '5'})
     assert missing['failed'] and 'glm-serve-5.out does not exist' in missing['msg']
 
 
