@@ -13,9 +13,8 @@ The waiter composes its parts (see docs/waiter.md):
 * :mod:`wait_failures`: :class:`WaitFailed` and the words of each kind of failure.
 
 Each part saves itself (:mod:`wait_state`): the waiter's :meth:`JobWaiter.snapshot` is theirs, plus two fields.
-It waits for one or several :class:`Target` jobs at once (success when every one succeeds, failure at the first
-that fails), and reports what it sees through one callback, ``on_event``. The clock and the file system are
-injected, so the unit tests run whole waits of minutes in milliseconds.
+It waits for one or several :class:`Target` jobs (success when every one succeeds, failure at the first that
+fails), and reports through one callback, ``on_event``. Clock and file system are injected (tests run in ms).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -38,8 +37,7 @@ from ansible_collections.glm.serve.plugins.module_utils.wait_failures import (
     STATE_MEANINGS, WaitFailed, chain_summary, describe, waiting_for_node)
 from ansible_collections.glm.serve.plugins.module_utils.wait_rules import never_satisfiable
 
-#: the version of :meth:`JobWaiter.snapshot`'s layout; a snapshot of another version is not resumed (the slices of
-#: one deploy run the same code: version 2, the parts' own dicts, reads no version 1 snapshot)
+#: :meth:`JobWaiter.snapshot`'s layout (2: the parts' own dicts); a snapshot of another version is not resumed
 SNAPSHOT_VERSION = 2
 
 __all__ = ['JobWaiter', 'Target', 'WaitPolicy', 'WaitFailed', 'OutputWatcher', 'LocalFiles', 'Signal', 'read_tail',
@@ -319,7 +317,7 @@ class JobWaiter:
         open_targets = self._open()
         ids = []
         for target in open_targets:
-            ids += [i for i in target.ids_to_ask(self.book, self.covered) if i not in ids]
+            ids += [i for i in target.ids_to_ask(self.book) if i not in ids]
         detail, seen = self.book.refresh(ids)
         for target in open_targets:
             if target.job_id in detail and target.job_id not in seen:
@@ -421,8 +419,9 @@ class JobWaiter:
                 continue  # without the backstop the ramp asks soon enough; a parent of a started job is done
             self._event(signal.text)
             wanted = True
-            if signal.job_id == target.job_id:
-                target.own_signal = True
+            own = signal.job_id == target.job_id   # the next round asks for it; once the job started, the parents too
+            target.own_signal = target.own_signal or own
+            target.parent_changed = target.parent_changed or not own or signal.kind == Signal.APPEARED
         return wanted
 
     def _ask_port(self, target):

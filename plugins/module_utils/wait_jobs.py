@@ -63,15 +63,18 @@ class Target(Saved):
             return part.from_dict(value, base) if part is not None and value is not None else part
         return super(Target, self).load_field(key, value, base)
 
-    def ids_to_ask(self, book, covered):
+    def ids_to_ask(self, book):
         """The ids the next round asks about. A job PENDING on a parent that is still PENDING: ask for the parents
         alone (their start and node are news), and for the job every third round (someone may cancel or hold it),
-        once a parent changed or its file spoke. Once every parent runs, or while the signals cover the wait, ask
-        for the job alone: a parent's end shows in the job's own row (it starts, or can no longer run), one call
-        where asking for the parents too makes two (a failure reads the parent again, JobWaiter._fail_dependency)."""
+        once a parent changed or its file spoke. Once every parent runs, ask for the job alone: a parent's end
+        shows in the job's own row (it starts, or can no longer run), one call where asking for the parents too
+        makes two (a failure reads the parent again, JobWaiter._fail_dependency). After a parent's file spoke (an
+        error line, a stall) or the job's own file appeared, the parents too: Slurm marks the job a few seconds after
+        a parent failed, the parent's row says it at once."""
         parents = [p for p in self.parent_ids if book.state(p) not in sp.TERMINAL_STATES]
         job = book.jobs.get(self.job_id) or {}
-        if parents and job.get('state') == 'PENDING' and all(book.state(p) == 'RUNNING' for p in parents):
+        if parents and job.get('state') == 'PENDING' and all(book.state(p) == 'RUNNING' for p in parents) \
+                and not self.parent_changed:
             self.skipped = 0
             self.parent_changed = self.own_signal = False
             return [self.job_id]
@@ -79,10 +82,6 @@ class Target(Saved):
             and self.skipped < 2 and not self.parent_changed and not self.own_signal
         self.skipped = self.skipped + 1 if alone else 0
         self.parent_changed = self.own_signal = False
-        if covered and job.get('state') == 'PENDING':
-            # the parents' outputs show them alive and their ends show in the job's own file: the job alone tells
-            # whether it was cancelled or can no longer run (DependencyNeverSatisfied)
-            return [self.job_id]
         return parents if alone else [self.job_id] + parents
 
 

@@ -95,8 +95,9 @@ def test_chain_success_waits_for_the_child_to_complete(work):
 
 
 def test_chain_failure_with_and_without_kill_on_invalid_dep(work):
-    """The parent fails while the first child waits for it (the parent is held until the module has seen that
-    child PENDING (Dependency)); the second child is submitted after the parent failed. Both waits end at once."""
+    """The parent fails while the first child waits for it (the parent is held until the child's wait has seen it
+    RUNNING: the wait takes the child just submitted as PENDING (Dependency), asks for the parent, and watches its
+    log); the second child is submitted after the parent failed. Both waits end at once."""
     parent = work.name('bad')
     kill, keep = work.name('kill'), work.name('keep')
     go = work.gate('parent')
@@ -107,8 +108,8 @@ def test_chain_failure_with_and_without_kill_on_invalid_dep(work):
     dep = [{'type': 'afterok', 'job_ids': [first['job_id']]}]
 
     def fail_parent():
-        kill_id = work.wait_for(lambda: work.squeue(kill), 200, 'the first child submitted')[0][0]
-        work.wait_for(lambda: work.seen(kill_id, 'PENDING', 'Dependency'), 60, 'the module seeing the child PENDING (Dependency)')
+        work.wait_for(lambda: work.squeue(kill), 200, 'the first child submitted')
+        work.wait_for(lambda: work.seen(first['job_id'], 'RUNNING'), 60, "the child's wait seeing the parent RUNNING")
         work.open(go)
         return time.monotonic()
 

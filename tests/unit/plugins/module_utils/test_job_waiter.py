@@ -187,6 +187,27 @@ def test_chain_asks_for_the_job_alone_while_its_parent_runs():
     assert [(j['job_id'], j['state']) for j in result['chain']] == [('1', 'COMPLETED'), ('2', 'COMPLETED')]
 
 
+def test_a_held_job_whose_parent_prints_an_error_asks_for_the_parent_too_and_fails_at_once():
+    """The parent fails with an error line; Slurm marks the held job DependencyNeverSatisfied 2 s later. The round
+    the line brings asks for the parent too (its row says FAILED at once): the wait ends then, not at the next
+    round a cap later (test_slurm_job_live's chain failure)."""
+    timeline = {
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')),
+              (100, job('1', 'FAILED', reason='NonZeroExitCode', name='dl', nodes='node2', exit_code='3:0'))],
+        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
+              (102, job('2', 'PENDING', reason='DependencyNeverSatisfied', dependency='afterok:1(failed)'))],
+    }
+    files = {'/w/job1.out': [(-1, 'loading\n'), (100, 'loading\nError: weights not found\n')]}
+    waiter, cli, clock = make(timeline, files=files, parents=['1'], timeout=300)
+    with pytest.raises(jw.WaitFailed) as err:
+        waiter.wait()
+    assert 'can never start' in err.value.msg and 'dl 1 FAILED' in err.value.msg, err.value.msg
+    assert 'Error: weights not found' in err.value.msg
+    assert 100 <= clock.t <= 101.6, (clock.t, cli.calls)
+    first = min(t for t, _kind, _ids in cli.calls if t >= 100)
+    assert sorted(ids for t, _kind, ids in cli.calls if t == first) == [('1',), ('2',)], cli.calls
+
+
 def test_a_job_held_by_its_running_parent_is_asked_cap_apart_not_on_the_ramp():
     """The ramp looks for a job's own quick changes; a job PENDING (Dependency) has none before its parent ends,
     and the files show that end (the job's own file appears, the parent's shows an error line): while held, rounds

@@ -38,10 +38,9 @@ def test_a_pending_child_asks_for_its_pending_parent_alone_then_for_itself_every
     book.merge(job('1', 'PENDING', reason='Resources', name='dl'))
     book.merge(job('2', 'PENDING', reason='Dependency'))
     target = Target('2', parents=['1'])
-    assert [target.ids_to_ask(book, covered=False) for unused_round in range(4)] == [['1'], ['1'], ['2', '1'], ['1']]
+    assert [target.ids_to_ask(book) for unused_round in range(4)] == [['1'], ['1'], ['2', '1'], ['1']]
     target.own_signal = True
-    assert target.ids_to_ask(book, covered=False) == ['2', '1']
-    assert target.ids_to_ask(book, covered=True) == ['2']       # covered: the job alone
+    assert target.ids_to_ask(book) == ['2', '1']
 
 
 def test_a_pending_child_of_running_parents_is_asked_for_alone():
@@ -51,9 +50,11 @@ def test_a_pending_child_of_running_parents_is_asked_for_alone():
     book.merge(job('3', 'RUNNING', name='other'))
     book.merge(job('2', 'PENDING', reason='Dependency'))
     target = Target('2', parents=['1', '3'])
-    assert [target.ids_to_ask(book, covered=False) for unused_round in range(4)] == [['2']] * 4
+    assert [target.ids_to_ask(book) for unused_round in range(4)] == [['2']] * 4
+    target.parent_changed = True                                            # a parent's file spoke: its row too
+    assert target.ids_to_ask(book) == ['2', '1', '3'] and target.ids_to_ask(book) == ['2']
     book.merge(job('3', 'PENDING', reason='Priority', name='other'))        # one parent not started: asked
-    assert target.ids_to_ask(book, covered=False) == ['1', '3']
+    assert target.ids_to_ask(book) == ['1', '3']
 
 
 def test_held_needs_a_dependency_on_live_parents_and_files_that_show_their_end():
