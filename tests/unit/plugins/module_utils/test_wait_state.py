@@ -193,20 +193,20 @@ def test_a_restored_waiter_makes_its_first_round_when_it_was_due_not_at_its_star
     assert cli.poll_times() == [0, 4, 12, 28]               # nothing at the slice's start (21.5), the round at 28
 
 
-def _deploy_chain(slice_seconds, phase_every=None):
-    """The deploy the issue measured (130 s download logging every 10 s, 120 s of loading logging every 15 s, 60-s
-    cap), waited for in one piece or in slices that also end at every change of phase (every ``phase_every`` s);
-    each slice a new waiter restored from the last one's JSON snapshot, 0.7 s after it."""
-    from ansible_collections.glm.serve.tests.unit.plugins.module_utils.test_job_waiter import _growing
+def _chain_in_slices(download, logs, ready_at, slice_seconds, phase_every=None):
+    """The deploy's chain (a download job of ``download`` s, the server RUNNING 0.5 s after it, its port answering at
+    ``ready_at``; ``logs``: the two output files' entries) waited for in one piece (``slice_seconds`` None) or in
+    slices that also end at every change of phase (every ``phase_every`` s); each slice a new waiter restored from
+    the last one's JSON snapshot, 0.7 s after it. Returns (slices, the controller calls, the result, the clock)."""
     timeline = {
-        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (130, job('1', 'COMPLETED', name='dl', nodes='node2'))],
+        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (download, job('1', 'COMPLETED', name='dl', nodes='node2'))],
         '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
-              (130.5, job('2', 'RUNNING', nodes='node1'))],
+              (download + 0.5, job('2', 'RUNNING', nodes='node1'))],
     }
     clock = WallClock()
     cli = FakeCli(clock, timeline)
-    files = FakeFiles(clock, {'/w/job1.out': _growing(0, 131, step=10), '/w/job2.out': _growing(130.5, 400, step=15)})
-    probe = FakeProbe(clock, ready_at=255)
+    files = FakeFiles(clock, {'/w/job1.out': logs[0], '/w/job2.out': logs[1]})
+    probe = FakeProbe(clock, ready_at=ready_at)
     snap, slices, result = None, 0, None
     while result is None:
         target = jw.Target('2', parents=['1'], probe=probe,
@@ -220,7 +220,16 @@ def _deploy_chain(slice_seconds, phase_every=None):
         if result is None:
             snap = waiter.snapshot()
             clock.t += 0.7
-    return slices, cli.calls
+    return slices, cli.calls, result, clock
+
+
+def _deploy_chain(slice_seconds, phase_every=None):
+    """The deploy the issue measured (130 s download logging every 10 s, 120 s of loading logging every 15 s, 60-s
+    cap), in one piece or in slices (_chain_in_slices): (slices, calls)."""
+    from ansible_collections.glm.serve.tests.unit.plugins.module_utils.test_job_waiter import _growing
+    logs = (_growing(0, 131, step=10), _growing(130.5, 400, step=15))
+    slices, calls, _result, _clock = _chain_in_slices(130, logs, 255, slice_seconds, phase_every)
+    return slices, calls
 
 
 @pytest.mark.parametrize('phase_every', [None, 20, 7])
@@ -251,30 +260,11 @@ def test_the_real_deploys_13_minute_chain_asks_the_controller_five_times():
     (the download's log grows: covered), the server's start (its file appears) with the download's final row,
     and the port says when it answers. On 3572221 the same chain made 11 rounds (the ramp at 1, 3, 7, 15, 31, 63 s
     while the download's log had not yet grown within the wait, both jobs every third round)."""
-    timeline = {
-        '1': [(0, job('1', 'RUNNING', name='dl', nodes='node2')), (480, job('1', 'COMPLETED', name='dl', nodes='node2'))],
-        '2': [(0, job('2', 'PENDING', reason='Dependency', dependency='afterok:1(unfulfilled)')),
-              (480.5, job('2', 'RUNNING', nodes='node1'))],
-    }
     head = '[glm.serve] saving the container image\npyxis: imported docker image\n'
     download = _bar(-1.0, 479, 480 / 13.0, head)
     download.append((479.5, download[-1][1] + '\ndownload complete\n'))
-    clock = WallClock()
-    cli = FakeCli(clock, timeline)
-    files = FakeFiles(clock, {'/w/job1.out': download, '/w/job2.out': _bar(481, 780, 300 / 8.0, 'sglang\n')})
-    probe = FakeProbe(clock, ready_at=778)
-    snap, result = None, None
-    while result is None:
-        target = jw.Target('2', parents=['1'], probe=probe,
-                           known=None if snap else job('2', 'PENDING', reason='Dependency', dependency='afterok:1'))
-        waiter = jw.JobWaiter(cli, target, policy=WaitPolicy(timeout=3600, cap=60), clock=clock, files=files)
-        if snap is not None:
-            assert waiter.restore(json.loads(json.dumps(snap)))
-        result = waiter.wait(slice_seconds=60)
-        if result is None:
-            snap = waiter.snapshot()
-            clock.t += 0.7
-    assert [(round(t), ids) for t, _kind, ids in cli.calls] == [
-        (0, ('1',)), (60, ('2',)), (360, ('2',)), (481, ('2',)), (481, ('1',))], cli.calls
+    _slices, calls, result, clock = _chain_in_slices(480, (download, _bar(481, 780, 300 / 8.0, 'sglang\n')), 778, 60)
+    assert [(round(t), ids) for t, _kind, ids in calls] == [
+        (0, ('1',)), (60, ('2',)), (360, ('2',)), (481, ('2',)), (481, ('1',))], calls
     assert [(j['job_id'], j['state']) for j in result['chain']] == [('1', 'COMPLETED'), ('2', 'RUNNING')]
     assert 778 <= clock.t <= 780
