@@ -91,7 +91,7 @@ def test_deploy_again_changes_nothing_and_reads_in_a_screen(env):
     tasks = TASK.findall(proc.stdout)
     # one check per role (no line per variable), one Slurm preflight, nothing written or submitted again; one look
     # for a router of an earlier deploy of replicas (a find in the work dir, no Slurm call); the tunnel's relay in the
-    # work dir (issue 23: a copy, unchanged on a second deploy); the NCCL sockets look and warning of a multi-node
+    # work dir (issue 23; one raw call that writes it only when it differs); the NCCL sockets look and warning of a multi-node
     # server (issue 23, skipped on one node)
     assert len(tasks) <= 34, tasks
     # no line per item, but the wait's one slice, which says the server is ready
