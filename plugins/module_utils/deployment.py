@@ -33,7 +33,7 @@ from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import Acti
 
 #: squeue's detailed fields and the job's comment (%k), the name last (it takes the rest of the line)
 FIELDS = tuple(f for f in sp.SQUEUE_FIELDS if f[0] != 'name') + (('comment', '%k'), ('name', '%j'))
-#: sglang-router 0.3.2 counts each request it passed to a worker, by worker URL
+#: the gateway (smg 1.13, as sglang-router 0.3.2) counts each request it passed to a worker, by worker URL
 SERVED_RE = re.compile(r'(?m)^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} ([0-9]+)')
 
 

@@ -49,7 +49,7 @@ def wheels():
     version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
     if not os.path.exists(os.path.join(folder, '.python-' + version)):
         shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', 'sglang-router==0.3.2', '--python-version', version,
+        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', 'smg==1.13.0', '--python-version', version,
                         '--only-binary=:all:', '--platform', 'manylinux_2_17_x86_64', '--platform', 'manylinux2014_x86_64',
                         '--platform', 'manylinux_2_28_x86_64', '--platform', 'linux_x86_64', '-d', folder], check=True)
         open(os.path.join(folder, '.python-' + version), 'w').close()

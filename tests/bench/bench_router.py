@@ -2,14 +2,18 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Benchmark: the latency the router adds. SGLang's Model Gateway (the REAL sglang-router 0.3.2, .venv-router) started
+"""Benchmark: the latency the router adds. SGLang's Model Gateway (the REAL smg 1.13, .venv-router) started
 by the router role's launcher (roles/router/files/glm_router.py) in front of two SGLang stand-ins on this machine;
 the same requests sent straight to a replica and through the router, interleaved, in the same run. Prints figures
 (p50, p99, mean, in ms); it is not a test. No Slurm: the network hop between nodes is not in it (on a cluster
 add one round trip on the cluster network, ~0.05-0.2 ms), and the stand-ins answer at once, so what is measured
 is the router's own cost per request.
 
-    .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE]
+    .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE] [--router LABEL=PYTHON ...]
+
+--router (repeatable): the gateways to measure side by side, each a Python whose venv has one (smg, or sglang-router
+0.3.2 for the figures before issue 24), each with its own launcher process in front of the same two replicas, the
+requests interleaved over all of them in one run (default: the one in .venv-router).
 
 Requests: GET /v1/models (the router answers it itself, from its registry) and a short POST /v1/chat/completions
 (proxied to a replica, round_robin), each with the key, over one keep-alive connection per target (as an OpenAI
@@ -66,9 +70,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--requests', type=int, default=300, help='requests of each kind to each target (default 300)')
     parser.add_argument('--json', metavar='FILE', help='also write the figures as JSON')
+    parser.add_argument('--router', action='append', metavar='LABEL=PYTHON',
+                        help='a gateway to measure (repeatable; default: smg=.venv-router/bin/python)')
     opts = parser.parse_args()
-    if not os.access(ROUTER_PYTHON, os.X_OK):
-        raise SystemExit('no %s: make .venv-router/.installed' % ROUTER_PYTHON)
+    routers = [r.split('=', 1) for r in (opts.router or ['smg=' + ROUTER_PYTHON])]
+    for _label, python in routers:
+        if not os.access(python, os.X_OK):
+            raise SystemExit('no %s: make .venv-router/.installed' % python)
     tmp = Path(tempfile.mkdtemp(prefix='bench-router-'))
     model = tmp / 'model'
     assert run_hf(['download', SEED_MODEL, '--local-dir', str(model), '--quiet'], tmp / 'control').returncode == 0
@@ -78,47 +86,56 @@ def main():
     key_file = tmp / 'key'
     key_file.write_text(KEY + '\n')
     os.chmod(key_file, 0o600)
-    (tmp / 'replicas').mkdir()
-    port = free_port()
-    router = subprocess.Popen([ROUTER_PYTHON, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(tmp / 'replicas'),
-                               '--endpoint-file', str(tmp / 'endpoint'), '--sync-interval', '0.5', '--advertise', '127.0.0.1',
-                               '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin',
-                               '--prometheus-port', str(free_port())],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = []
+    for label, python in routers:
+        folder = tmp / ('replicas-' + label)
+        folder.mkdir()
+        port = free_port()
+        started.append((label, port, folder, subprocess.Popen(
+            [python, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(folder),
+             '--endpoint-file', str(tmp / ('endpoint-' + label)), '--sync-interval', '0.5', '--advertise', '127.0.0.1',
+             '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin', '--prometheus-port', str(free_port())],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
     try:
         for index, server in enumerate(replicas):
             server.wait_ready()
-            (tmp / 'replicas' / ('r%d.url' % index)).write_text(server.url + '\n')
+            for _label, _port, folder, _proc in started:
+                (folder / ('r%d.url' % index)).write_text(server.url + '\n')
 
-        def both_in():
+        def both_in(port):
             status, body = request("GET", 'http://127.0.0.1:%d/workers' % port, key=KEY)
             return status == 200 and len([w for w in json.loads(body)['workers'] if w['is_healthy']]) == 2
-        wait_for(both_in, 60)
-        direct = http.client.HTTPConnection('127.0.0.1', replicas[0].port)
-        routed = http.client.HTTPConnection('127.0.0.1', port)
-        samples = {(t, k): [] for t in ('direct', 'router') for k in ('models', 'chat')}
-        for conn in (direct, routed):                       # warm-up: connections, the router's first picks
+        for _label, port, _folder, _proc in started:
+            wait_for(lambda port=port: both_in(port), 60)
+        targets = [('direct', http.client.HTTPConnection('127.0.0.1', replicas[0].port))]
+        targets += [(label, http.client.HTTPConnection('127.0.0.1', port)) for label, port, _folder, _proc in started]
+        samples = {(t, k): [] for t, _conn in targets for k in ('models', 'chat')}
+        for _target, conn in targets:                       # warm-up: connections, the router's first picks
             for _i in range(20):
                 timed(conn, 'GET', '/v1/models')
                 timed(conn, 'POST', '/v1/chat/completions', CHAT)
         for _i in range(opts.requests):
-            for target, conn in (('direct', direct), ('router', routed)):
+            for target, conn in targets:
                 samples[(target, 'models')].append(timed(conn, 'GET', '/v1/models'))
                 samples[(target, 'chat')].append(timed(conn, 'POST', '/v1/chat/completions', CHAT))
         result = {'%s_%s' % key: figures(values) for key, values in samples.items()}
-        print('\n## Router latency: sglang-router 0.3.2 in front of 2 SGLang stand-ins, %d requests each, same run' % opts.requests)
-        print('| request | direct p50 | router p50 | added p50 | direct p99 | router p99 | added p99 |')
-        print('|---|---|---|---|---|---|---|')
-        for kind, label in (('models', 'GET /v1/models'), ('chat', 'POST /v1/chat/completions (8 tokens)')):
-            d, r = result['direct_' + kind], result['router_' + kind]
-            print('| %s | %.2f ms | %.2f ms | %+.2f ms | %.2f ms | %.2f ms | %+.2f ms |' % (
-                label, d['p50'], r['p50'], r['p50'] - d['p50'], d['p99'], r['p99'], r['p99'] - d['p99']))
+        print('\n## Router latency: %s in front of 2 SGLang stand-ins, %d requests each, interleaved, same run' % (
+            ', '.join(label for label, _python in routers), opts.requests))
+        print('| request | router | direct p50 | router p50 | added p50 | direct p99 | router p99 | added p99 |')
+        print('|---|---|---|---|---|---|---|---|')
+        for kind, name in (('models', 'GET /v1/models'), ('chat', 'POST /v1/chat/completions (8 tokens)')):
+            d = result['direct_' + kind]
+            for label, _python in routers:
+                r = result[label + '_' + kind]
+                print('| %s | %s | %.2f ms | %.2f ms | %+.2f ms | %.2f ms | %.2f ms | %+.2f ms |' % (
+                    name, label, d['p50'], r['p50'], r['p50'] - d['p50'], d['p99'], r['p99'], r['p99'] - d['p99']))
         if opts.json:
             with open(opts.json, 'w') as handle:
                 json.dump(result, handle, indent=1)
     finally:
-        router.terminate()
-        router.wait(30)
+        for _label, _port, _folder, proc in started:
+            proc.terminate()
+            proc.wait(30)
         for server in replicas:
             server.stop()
     return 0

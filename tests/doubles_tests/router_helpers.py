@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the tests that run the router job's launcher (roles/router/files/glm_router.py) with the REAL router
-(sglang-router in .venv-router, or GLM_ROUTER_PYTHON) in front of SGLang stand-ins: the launcher in a subprocess
+(smg in .venv-router, or GLM_ROUTER_PYTHON) in front of SGLang stand-ins: the launcher in a subprocess
 (Router) and a chat request through it."""
 
 import json

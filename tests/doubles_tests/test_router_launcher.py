@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The router job's launcher (roles/router/files/glm_router.py) with the REAL router, SGLang's Model Gateway
-(sglang-router 0.3.2 from the package index, in .venv-router: make .venv-router/.installed), in front of two SGLang
+(smg 1.13 from the package index, in .venv-router: make .venv-router/.installed), in front of two SGLang
 stand-ins on this machine: the key from its file and nowhere else, replicas joining and leaving through their
 files, requests reaching both, a clean stop. No Slurm: the cluster tests run the same launcher in a job."""
 
@@ -44,7 +44,9 @@ def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_
     assert os.stat(r.endpoint).st_mode & 0o777 == 0o600
     status, body = http("GET", r.url + "/readiness")
     assert status == 503, body                                   # no replica yet
-    assert chat(r.url)[0] == 503
+    status, body = chat(r.url)
+    # no replica yet: smg 1.13 says no worker serves the model (sglang-router 0.3.2 answered 503)
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found", body
 
     r.announce("glm-serve", one)
     r.announce("glm-serve-2", two)

@@ -1,10 +1,10 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Every router_policy the router role offers, with the REAL router (sglang-router 0.3.2 in .venv-router) started as
+"""Every router_policy the router role offers, with the REAL router (smg 1.13 in .venv-router) started as
 the role starts it (roles/router/files/glm_router.py: no --worker-urls, the replicas join through POST /workers), in
 front of two SGLang stand-ins: each serves requests. And the policy it no longer offers, power_of_two, as the real
-router treats it: sglang-router 0.3.2 validates its config at start (sgl-model-gateway src/config/validation.rs,
+router treats it: smg 1.13 (as sglang-router 0.3.2) validates its config at start (sgl-model-gateway src/config/validation.rs,
 validate_compatibility: ``Power-of-two policy requires at least 2 workers`` unless service discovery is on, counting
 the workers given at start) and, running, reads each worker's load from ``/get_load`` (the wheel's
 core/worker_builder.rs, the path in its strings), which SGLang 0.5.21 does not serve (entrypoints/http_server.py has

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Two replicas behind the REAL router (SGLang's Model Gateway, sglang-router 0.3.2 from the package index), on the
+"""Two replicas behind the REAL router (SGLang's Model Gateway, smg 1.13 from the package index), on the
 local cluster over real SSH: the replicas are the SGLang stand-ins on node1 and node2, the router runs on node3
 (partition cpu) from the venv the router role makes on the login node.
 
@@ -39,7 +39,7 @@ REPLICAS = [SERVE, SERVE + '-2']
 WHEELS = 'glm-it-wheels'
 NAMES = [DOWNLOAD, SERVE, SERVE + '-2', SERVE + '-3', ROUTER]
 FAST = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
-ROUTER_PACKAGE = 'sglang-router==0.3.2'
+ROUTER_PACKAGE = 'smg==1.13.0'
 
 CLIENT = r'''
 import json, sys, urllib.request, urllib.error
@@ -91,7 +91,7 @@ def chats(count, key=True):
 
 
 def served():
-    """The router's per-replica request counter (sglang-router 0.3.2: smg_worker_cb_outcomes_total), read from its
+    """The router's per-replica request counter (smg 1.13, as sglang-router 0.3.2: smg_worker_cb_outcomes_total), read from its
     metrics port on its node, from the login node."""
     node = jobs_node(ROUTER)
     text = ssh('python3 -c "import urllib.request;print(urllib.request.urlopen(\'http://%s:29000/metrics\').read().decode())"' % node)
@@ -118,7 +118,7 @@ def env(tmp_path_factory):
     shutil.rmtree(work, ignore_errors=True)
     wheels = os.path.join(home, WHEELS)
     version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
-    if not os.path.isdir(wheels) or not any(n.startswith('sglang_router-0.3.2') for n in os.listdir(wheels)) or \
+    if not os.path.isdir(wheels) or not any(n.startswith('smg-1.13.0-') for n in os.listdir(wheels)) or \
             not os.path.exists(os.path.join(wheels, '.python-' + version)):
         shutil.rmtree(wheels, ignore_errors=True)
         subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', ROUTER_PACKAGE, '--python-version', version,

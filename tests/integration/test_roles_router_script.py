@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """The router role's rendered router.sbatch, checked without a cluster: rendered by the role itself (include_role
 glm.serve.router, tasks_from: script, against localhost), its router arguments (after ``--``) parsed by the REAL
-sglang-router 0.3.2 parser (``parse_router_args``, in .venv-router), its launcher arguments by the launcher's own
+gateway's parser (smg 1.13's ``parse_router_args``, in .venv-router), its launcher arguments by the launcher's own
 parser; no key on its command line; bad values stop in the role's checks, naming the variable."""
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ PLAYBOOK = """
 """
 PARSE = """
 import json, sys
-from sglang_router.launch_router import parse_router_args
+from smg.launch_router import parse_router_args
 args = parse_router_args(sys.argv[1:])
 print(json.dumps({k: getattr(args, k) for k in ('host', 'port', 'policy', 'prometheus_port', 'health_check_interval_secs',
-                                                 'api_key', 'worker_urls')}))
+                                                 'health_check_timeout_secs', 'retry_max_retries', 'max_concurrent_requests',
+                                                 'queue_size', 'queue_timeout_secs', 'cb_failure_threshold', 'api_key',
+                                                 'worker_urls')}))
 """
 
 
@@ -57,7 +59,7 @@ def command(script: Path) -> list:
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("router")
     scripts = {}
-    custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--retry-max-retries", "3"],
+    custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--cb-failure-threshold", "5"],
               "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G"}
     for name, extra in {"default": {}, "custom": custom}.items():
         proc = render(tmp, name, extra)
@@ -93,8 +95,11 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
         assert proc.returncode == 0, (name, proc.stderr[-2000:])
         results[name] = json.loads(proc.stdout)
     assert results["default"] == {"host": "0.0.0.0", "port": 30000, "policy": "cache_aware", "prometheus_port": 29000,
-                                  "health_check_interval_secs": 10, "api_key": None, "worker_urls": []}
+                                  "health_check_interval_secs": 10, "health_check_timeout_secs": 25, "retry_max_retries": 3,
+                                  "max_concurrent_requests": 256, "queue_size": 512, "queue_timeout_secs": 60,
+                                  "cb_failure_threshold": 10, "api_key": None, "worker_urls": []}
     assert results["custom"]["policy"] == "round_robin" and results["custom"]["port"] == 31000
+    assert results["custom"]["cb_failure_threshold"] == 5                        # router_extra_args reach the gateway
     assert results["custom"]["host"] == "$HOST"                                   # router_host=node: the node's address
     assert 'HOST=$(getent hosts "$SLURMD_NODENAME"' in rendered["custom"].read_text()
     # the check is not vacuous: the real parser refuses a policy it does not have
@@ -112,6 +117,9 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),
     ({"router_enabled": "maybe"}, "router_enabled", "true"),
     ({"router_host": "node3"}, "router_host", "refuses a host name"),
+    ({"router_queue_timeout": 0}, "router_queue_timeout", "1 or more"),
+    ({"router_retries": -1}, "router_retries", "0 or more"),
+    ({"router_extra_args": ["--queue-size", "5"]}, "router_extra_args", "router_queue_size"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)

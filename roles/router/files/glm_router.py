@@ -1,14 +1,14 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The router job of glm.serve: SGLang's Model Gateway (the sglang-router wheel) in front of the server replicas.
+"""The router job of glm.serve: SGLang's Model Gateway (the smg wheel) in front of the server replicas.
 
     python glm_router.py --key-file KEY --replicas-dir DIR --endpoint-file FILE [--workers-file JSON] [--model NAME]
                          [--sync-interval S] -- ROUTER FLAGS (--host, --port, --policy, --prometheus-port, ...)
 
-What it adds to ``python -m sglang_router.launch_router``:
+What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_router``, the gateway's package up to 0.3.2):
 
-- The API key comes from KEY (a file only its owner reads), never from argv: sglang-router 0.3.2 takes its key
+- The API key comes from KEY (a file only its owner reads), never from argv: the gateway's CLI takes its key
   only as ``--api-key`` (no variable, no file), so this parses the other flags with the router's own parser
   (``parse_router_args``) and sets ``api_key`` on the result before ``launch_router``. The router then asks that
   key of every client (``Authorization: Bearer``) and sends it to the replicas, which serve the same key file.
@@ -19,7 +19,7 @@ What it adds to ``python -m sglang_router.launch_router``:
   submitted again), is removed (``DELETE /workers/{id}``). A replica that dies without removing its file (its node
   failed) stays listed until its job is replaced; the router marks it unhealthy meanwhile and sends it nothing.
 - A replica taken out (its file removed: a scale-down) is drained: it stays listed as ``draining`` until the router
-  no longer has it (sglang-router removes a worker in the background) and the replica's own ``/metrics`` shows no
+  no longer has it (the gateway removes a worker in the background) and the replica's own ``/metrics`` shows no
   running or queued request, or --drain-timeout seconds have passed.
 - JSON (with --workers-file) says after every comparison which replicas the router has, whether they are healthy
   and which are draining (``{"time", "workers": [{"url", "replica", "healthy", "draining"}]}``, no key): the deploy
@@ -31,7 +31,7 @@ What it adds to ``python -m sglang_router.launch_router``:
 The router's Rust runtime holds the GIL for as long as it runs (a Python thread beside ``launch_router`` never
 runs again), so the router runs in a child process (fork) and this process, the job's main one, keeps the replicas
 in step; SIGTERM and SIGINT (scancel, the time limit) are passed on to the router, which shuts down gracefully.
-Standard library only, besides sglang_router in the child.
+Standard library only, besides smg (or sglang_router) in the child.
 """
 
 import argparse
@@ -153,7 +153,7 @@ class Sync(object):
         self.names.update(wanted)
         now = time.monotonic()
         for url, worker in sorted(current.items()):
-            # asked again every round while the router lists it: sglang-router 0.3.2 adds and removes workers in
+            # asked again every round while the router lists it: the gateway adds and removes workers in
             # background workflows, and an addition still running when the removal ran lists the worker again
             if url not in wanted:
                 status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)[0]
@@ -252,7 +252,10 @@ def parse_options(argv):
 
 def start_router(router_argv, key, replicas_dir):
     """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at)."""
-    from sglang_router.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
+    try:  # smg (1.13: router_package's default), else sglang-router (0.3.2, a router_venv made before it)
+        from smg.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
+    except ImportError:
+        from sglang_router.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     args = parse_router_args(router_argv)
     args.api_key = key
     local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host

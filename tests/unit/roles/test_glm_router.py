@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """roles/router/files/glm_router.py's parts that need no router (tests/standins/test_router_launcher.py runs the
-whole launcher with the real sglang-router): its options, the exit status it gives for the router's, the port."""
+whole launcher with the real gateway): its options, the exit status it gives for the router's, the port."""
 
 from __future__ import absolute_import, division, print_function
 
