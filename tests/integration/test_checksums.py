@@ -104,7 +104,7 @@ def test_a_truncated_shard_is_caught_by_the_next_deploy_and_fetched_again_alone(
     """A verified download; then shard 5 is cut to half, its mtime kept (a copy or a quota gone wrong; hf would skip
     it: its .metadata still names the commit). The next deploy sees on the login node, by size alone (no hashing
     there), that the weights are not what was verified, says so, and the download job fetches shard 5 alone; the
-    server starts on whole weights."""
+    weights on disk are whole again (the running server, started on whole weights, is adopted)."""
     c = case('truncate')
     proc, _took, found = c.deploy()
     assert proc.returncode == 0, found or proc.stdout[-3000:]
@@ -116,6 +116,10 @@ def test_a_truncated_shard_is_caught_by_the_next_deploy_and_fetched_again_alone(
     os.utime(shard, (stat.st_atime, stat.st_mtime))
 
     proc, _took, found = c.deploy()
+    # The first deploy's server still runs (it loaded whole weights before the cut): the second deploy adopts it and
+    # returns once it answers, while the repair download it submitted runs in the background. Its end, not the
+    # deploy's, is when the shard is whole again (a race this test lost once the re-run got a second faster).
+    c.wait_for(lambda: not [r for r in c.live() if r[1] == c.download], 120, 'the repair download to end')
     problems = []
     if proc.returncode != 0:
         problems.append('the second deploy failed: %s' % (found or proc.stdout[-3000:]))
