@@ -5,6 +5,7 @@
 
 import pytest
 
+from router_helpers import Router
 from standin_helpers import SEED_MODEL, Server, run_hf
 
 
@@ -31,3 +32,16 @@ def servers(tmp_path):
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def router(tmp_path):
+    """Start the router launcher with router(**kw) (router_helpers.Router); all are stopped at the end of the test."""
+    made = []
+
+    def make(**kw):
+        made.append(Router(tmp_path, **kw))
+        return made[-1]
+    yield make
+    for item in made:
+        item.stop()

@@ -16,23 +16,11 @@ import urllib.request
 
 import pytest
 
-from router_helpers import CHAT, LAUNCHER, ROUTER_PYTHON, Router, chat
+from router_helpers import CHAT, LAUNCHER, ROUTER_PYTHON, chat
 from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
 pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
                                 reason="no router venv: make .venv-router/.installed (make pytest makes it)")
-
-
-@pytest.fixture
-def router(tmp_path):
-    made = []
-
-    def make(**kw):
-        made.append(Router(tmp_path, **kw))
-        return made[-1]
-    yield make
-    for item in made:
-        item.stop()
 
 
 def test_replicas_join_serve_leave_and_the_key_stays_in_its_file(servers, model_dir, router):

@@ -19,15 +19,18 @@ breaker, concurrency limit and queue; the values below are the role's defaults u
 
 from __future__ import absolute_import, division, print_function
 
+import json
 import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from router_helpers import CHAT, ROUTER_PYTHON, Router, chat
+from router_helpers import CHAT, ROUTER_PYTHON, chat
 from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
 pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
@@ -55,25 +58,12 @@ def gateway_args(**override):
     return [part for flag, value in values.items() for part in (flag, str(value))]
 
 
-@pytest.fixture
-def gateway(tmp_path):
-    made = []
-
-    def make(**kw):
-        made.append(Router(tmp_path, **kw))
-        return made[-1]
-    yield make
-    for item in made:
-        item.stop()
-
-
 #: smg_worker_cb_state of a closed breaker (requests flow); 1 open (the replica out), 2 half-open (a few let through)
 CLOSED = 0.0
 
 
 def breaker_states(router):
     """{worker URL: smg_worker_cb_state} from the gateway's Prometheus metrics."""
-    import urllib.request
     text = urllib.request.urlopen('http://127.0.0.1:%d/metrics' % router.metrics_port, timeout=5).read().decode()
     return {url: float(value) for url, value in
             re.findall(r'(?m)^smg_worker_cb_state\{worker="([^"]+)"\} ([0-9.]+)$', text)}
@@ -87,18 +77,18 @@ def ready(router, *servers):
     wait_for(lambda: sorted(w['url'] for w in router.workers().values() if w['is_healthy']) == sorted(s.url for s in servers), 30)
 
 
-def test_a_replica_killed_under_steady_load_costs_at_most_one_request_in_a_thousand(servers, model_dir, gateway):
+def test_a_replica_killed_under_steady_load_costs_at_most_one_request_in_a_thousand(servers, model_dir, router):
     one, two = [servers(seed_args(model_dir, free_port(), host='127.0.0.1'), GLM_STANDIN_SGLANG_DECODE='0.2')
                 for _server in range(2)]
-    router = gateway(router_args=gateway_args())
-    ready(router, one, two)
+    gw = router(router_args=gateway_args())
+    ready(gw, one, two)
     results, lock, stop = [], threading.Lock(), threading.Event()
 
     def client():
         # one OpenAI-like client: a request, then the next (0.2 s each, about 5 a second per client)
         while not stop.is_set():
             started = time.monotonic()
-            status, body = http('POST', router.url + '/v1/chat/completions', key=KEY, body=CHAT, timeout=30)
+            status, body = http('POST', gw.url + '/v1/chat/completions', key=KEY, body=CHAT, timeout=30)
             with lock:
                 results.append((status, time.monotonic() - started, body if status != 200 else ''))
 
@@ -119,33 +109,33 @@ def test_a_replica_killed_under_steady_load_costs_at_most_one_request_in_a_thous
     assert len(failed) <= len(results) // 1000, failed[:5]
     assert all(r[0] == 200 for r in results[-50:])          # the dead worker is out: the last ones all went through
     # the circuit breaker has the dead replica out (its state in the gateway's metrics: not closed)
-    states = breaker_states(router)
+    states = breaker_states(gw)
     print('circuit breaker after the kill: %s' % states)
     assert states.get(two.url) == 1.0 and states.get(one.url) == CLOSED, states
     # brought back when healthy: a replica on the same address again (its job submitted again) gets requests again
     back = servers(seed_args(model_dir, two.port, host='127.0.0.1'))
     back.wait_ready()
-    before = router.served().get(two.url, 0)
+    before = gw.served().get(two.url, 0)
 
     def serves_again():
         # half-open (2) lets a few requests try it; closed again after smg's cb_success_threshold (3) of them
-        chat(router.url)
-        return router.served().get(two.url, 0) > before and breaker_states(router).get(two.url) == CLOSED
+        chat(gw.url)
+        return gw.served().get(two.url, 0) > before and breaker_states(gw).get(two.url) == CLOSED
     wait_for(serves_again, 120, interval=0.5)
 
 
-def test_a_burst_of_ten_times_the_limit_gets_only_200s_and_429s_none_past_its_timeout(servers, model_dir, gateway):
+def test_a_burst_of_ten_times_the_limit_gets_only_200s_and_429s_none_past_its_timeout(servers, model_dir, router):
     one, two = [servers(seed_args(model_dir, free_port(), host='127.0.0.1'), GLM_STANDIN_SGLANG_DECODE='1')
                 for _server in range(2)]
     limit, queue = 4, 8
-    router = gateway(router_args=gateway_args(**{'--max-concurrent-requests': limit, '--queue-size': queue,
+    gw = router(router_args=gateway_args(**{'--max-concurrent-requests': limit, '--queue-size': queue,
                                                  '--queue-timeout-secs': 30}))
-    ready(router, one, two)
+    ready(gw, one, two)
     timeout = 20
 
     def one_request(_index):
         started = time.monotonic()
-        status, body, headers = http_with_headers(router.url + '/v1/chat/completions', timeout)
+        status, body, headers = http_with_headers(gw.url + '/v1/chat/completions', timeout)
         return status, time.monotonic() - started, headers.get('retry-after'), body
 
     with ThreadPoolExecutor(10 * limit) as pool:
@@ -163,9 +153,6 @@ def test_a_burst_of_ten_times_the_limit_gets_only_200s_and_429s_none_past_its_ti
 
 def http_with_headers(url, timeout):
     """POST CHAT with the key; (status, body, lower-cased headers); status None when nothing answered in time."""
-    import json
-    import urllib.error
-    import urllib.request
     request = urllib.request.Request(url, data=json.dumps(CHAT).encode(), method='POST',
                                      headers={'Authorization': 'Bearer %s' % KEY, 'Content-Type': 'application/json'})
     try:
