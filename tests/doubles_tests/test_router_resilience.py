@@ -128,8 +128,8 @@ def test_a_burst_of_ten_times_the_limit_gets_only_200s_and_429s_none_past_its_ti
     one, two = [servers(seed_args(model_dir, free_port(), host='127.0.0.1'), GLM_STANDIN_SGLANG_DECODE='1')
                 for _server in range(2)]
     limit, queue = 4, 8
-    gw = router(router_args=gateway_args(**{'--max-concurrent-requests': limit, '--queue-size': queue,
-                                                 '--queue-timeout-secs': 30}))
+    flags = {'--max-concurrent-requests': limit, '--queue-size': queue, '--queue-timeout-secs': 30}
+    gw = router(router_args=gateway_args(**flags))
     ready(gw, one, two)
     timeout = 20
 
