@@ -95,7 +95,8 @@ options:
 options:
   probe:
     description:
-      - Ask the server a job runs, C(GET http://NODE:PORT/PATH) with the API key, on the job's first node.
+      - Ask the server a job runs, C(GET http://NODE:PORT/PATH) with the API key, on the job's first node (C(https://) with
+        O(probe.tls_cert)).
       - With M(glm.serve.slurm_job) and its C(wait) option, the wait ends when it answers HTTP 200 and lists O(probe.model); the port is
         polled every second once the job runs, which costs the controller nothing. HTTP 401 fails at once (the server runs
         with another key). Connection refused or timeouts mean the server is still starting.
@@ -125,4 +126,11 @@ options:
         description: Timeout of each HTTP request, in seconds.
         type: int
         default: 5
+      tls_cert:
+        description:
+          - The server's TLS certificate (PEM), a file on the host. The probe then speaks HTTPS and trusts this certificate
+            alone (pinned - a self-signed one, or a CA-issued one taken as it is), whatever host names it lists; the key is
+            sent only to the server that holds its private key. A TLS failure (another certificate, no TLS) reads as a
+            server still starting, with the reason in the wait's progress.
+        type: path
 '''

@@ -17,6 +17,7 @@ def probe_options():
         key_file=dict(type='path', required=True, no_log=False),
         model=dict(type='str', required=True),
         timeout=dict(type='int', default=5),
+        tls_cert=dict(type='path'),
     )
 
 

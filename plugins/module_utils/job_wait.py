@@ -32,8 +32,12 @@ def make_probe(probe):
         key = mp.read_key(probe['key_file'])
     except mp.KeyFileError as exc:
         raise ActionError(str(exc))
-    model_probe = mp.ModelProbe(probe['port'], probe.get('path') or '/v1/models', key, probe['model'],
-                                timeout=probe.get('timeout') or 5, key_file=probe['key_file'])
+    try:
+        model_probe = mp.ModelProbe(probe['port'], probe.get('path') or '/v1/models', key, probe['model'],
+                                    timeout=probe.get('timeout') or 5, key_file=probe['key_file'],
+                                    tls_cert=probe.get('tls_cert'))
+    except ValueError as exc:   # probe.tls_cert names no certificate
+        raise ActionError('%s; set probe.tls_cert to the PEM certificate the server presents' % exc)
     return model_probe, (key,)
 
 

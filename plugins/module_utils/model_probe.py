@@ -4,11 +4,15 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Readiness probe of an OpenAI-compatible server: ``GET http://NODE:PORT/v1/models`` with a bearer key.
 
-Plain HTTP with the standard library's ``http.client`` (login nodes need no extra Python package): no proxy,
-no redirect, no TLS, which is what a probe of a compute node's port wants, and it imports in a few
-milliseconds where ``ansible.module_utils.urls`` takes about 60 (a re-run pays it on every deploy). The key is
-read from a file on the host, goes only into the Authorization header, and never into a URL, a result, an
-exception message or a log.
+The standard library's ``http.client`` (login nodes need no extra Python package): no proxy, no redirect, which
+is what a probe of a compute node's port wants, and it imports in a few milliseconds where
+``ansible.module_utils.urls`` takes about 60 (a re-run pays it on every deploy). The key is read from a file on
+the host, goes only into the Authorization header, and never into a URL, a result, an exception message or a log.
+
+With ``tls_cert`` (the router's certificate, a PEM file on the host), the probe speaks HTTPS and trusts that
+certificate and nothing else (:func:`pinned_context`): the key goes only to the server that holds its private key,
+whatever names the certificate carries (the probe connects to a node name, which a certificate made for the
+tunnel's ``localhost`` or for a service name need not list).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +22,7 @@ __metaclass__ = type
 import http.client as http_client
 import json
 import socket
+import ssl
 
 READY = 'ready'
 STARTING = 'starting'
@@ -74,21 +79,22 @@ def parse_models(body, model):
 class ModelProbe:
     """Probe ``http://NODE:PORT/PATH`` until it lists ``model``.
 
-    ``opener(host, port, path, headers, timeout)`` returns ``(status, body)``; it defaults to :func:`http_get`,
-    tests pass a fake one.
+    ``opener(host, port, path, headers, timeout)`` returns ``(status, body)``; it defaults to :func:`http_get`
+    (HTTPS pinned to ``tls_cert`` when given), tests pass a fake one.
     """
 
-    def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None):
+    def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None, tls_cert=None):
         self.port = int(port)
         self.path = path if path.startswith('/') else '/' + path
         self._key = key
         self.model = model
         self.timeout = timeout
         self.key_file = key_file
-        self._open = opener or http_get
+        self.scheme = 'https' if tls_cert else 'http'
+        self._open = opener or (https_get(tls_cert) if tls_cert else http_get)
 
     def endpoint(self, node):
-        return 'http://%s:%d' % (node, self.port)
+        return '%s://%s:%d' % (self.scheme, node, self.port)
 
     def check(self, node):
         headers = {'Authorization': 'Bearer %s' % self._key, 'Accept': 'application/json'}
@@ -126,8 +132,41 @@ def http_get(host, port, path, headers, timeout):
         conn.close()
 
 
+def pinned_context(cert_file):
+    """An SSL context that trusts the certificate in ``cert_file`` alone (a self-signed one, or a CA-issued one taken
+    as it is: X509 partial chain), without the name check (pinning is the stronger check). Raises ssl.SSLError or
+    OSError when the file holds no certificate."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= getattr(ssl, 'VERIFY_X509_PARTIAL_CHAIN', 0)
+    context.load_verify_locations(cafile=cert_file)
+    return context
+
+
+def https_get(cert_file):
+    """An opener like :func:`http_get` over HTTPS, trusting only ``cert_file``. Raises ValueError (naming the file)
+    when it holds no usable certificate, before anything is sent."""
+    try:
+        context = pinned_context(cert_file)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError('cannot use the TLS certificate %s: %s' % (cert_file, getattr(exc, 'strerror', None) or exc))
+
+    def opener(host, port, path, headers, timeout):
+        conn = http_client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        try:
+            conn.request('GET', path, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+    return opener
+
+
 def _reason(exc):
     if isinstance(exc, socket.timeout):
         return 'timed out'
+    if isinstance(exc, ssl.SSLError):
+        return 'TLS: %s' % (getattr(exc, 'reason', None) or exc)
     text = getattr(exc, 'strerror', None) or str(exc) or type(exc).__name__
     return text

@@ -118,7 +118,10 @@ def bad_text(bad):
 
 def tunnel_line(info, settings):
     if info.get('tunnel_to') and info.get('relay'):
-        return 'from your machine: %s, then http://localhost:%s/v1 while it runs' % (settings['tunnel_command'], settings['port'])
+        tls = (info.get('endpoint_file') or {}).get('GLM_TLS_CERT')      # the router serves HTTPS (router_tls_cert)
+        return 'from your machine: %s, then %s://localhost:%s/v1 while it runs%s' % (
+            settings['tunnel_command'], 'https' if tls else 'http', settings['port'],
+            ' (trusting the router certificate %s)' % tls if tls else '')
     if info.get('tunnel_to'):
         return ('tunnel: no relay in %s (installed by a deploy of this release): run glm.serve.deploy once, it changes '
                 'nothing else' % info['layout']['files']['relay'])

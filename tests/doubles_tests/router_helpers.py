@@ -22,7 +22,7 @@ CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}
 class Router:
     """glm_router.py in a subprocess, its files and the router's URLs."""
 
-    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=()):
+    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=(), tls=None):
         self.key_file = tmp_path / "api-key"
         if key is not None:
             self.key_file.write_text(key + "\n", encoding="utf-8")
@@ -32,12 +32,14 @@ class Router:
         self.endpoint = tmp_path / "endpoint"
         self.workers_file = tmp_path / "router-workers.json"
         self.port, self.metrics_port = free_port(), free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.log_path = tmp_path / "router.log"
         ours = ["--key-file", str(self.key_file), "--replicas-dir", str(self.replicas), "--endpoint-file", str(self.endpoint),
                 "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra)
         theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
                   "--prometheus-port", str(self.metrics_port), "--health-check-interval-secs", "2"] + list(router_args)
+        if tls:   # (certificate, key): HTTPS on the router's port, the gateway's own flags
+            theirs += ["--tls-cert-path", str(tls[0]), "--tls-key-path", str(tls[1])]
         argv = [ROUTER_PYTHON, LAUNCHER] + ours + ["--"] + theirs
         with open(self.log_path, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -74,3 +76,15 @@ class Router:
 
 def chat(url, key=KEY):
     return http("POST", url + "/v1/chat/completions", key=key, body=CHAT)
+
+
+def make_certificate(folder, names=("localhost", "127.0.0.1")):
+    """A self-signed certificate and its key (mode 0600) made now with openssl; (cert path, key path). NAMES: DNS
+    names and IP addresses it lists (subjectAltName)."""
+    cert, key = folder / "router-cert.pem", folder / "router-key.pem"
+    san = ",".join(("IP:%s" if re.match(r"^[0-9.]+$", n) else "DNS:%s") % n for n in names)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "1", "-subj", "/CN=%s" % names[0], "-addext", "subjectAltName=" + san,
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    return cert, key

@@ -9,14 +9,16 @@ files, requests reaching both, a clean stop. No Slurm: the cluster tests run the
 import json
 import os
 import re
+import ssl
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
-from router_helpers import CHAT, LAUNCHER, ROUTER_PYTHON, chat
+from router_helpers import CHAT, LAUNCHER, ROUTER_PYTHON, chat, make_certificate
 from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
 pytestmark = pytest.mark.skipif(not os.access(ROUTER_PYTHON, os.X_OK),
@@ -161,3 +163,53 @@ def test_refuses_a_key_on_argv_or_no_key(router, tmp_path, case, message):
         r.proc.wait(timeout=60)
         proc, out = r.proc, r.log
     assert proc.returncode not in (0, None) and message in out, out
+
+
+def test_https_with_a_certificate_made_now_and_the_openai_client(servers, model_dir, router, tmp_path):
+    """router_tls_cert/router_tls_key (issue 24, section 5): the gateway's --tls-cert-path/--tls-key-path, the endpoint
+    file names https and the certificate, the launcher's own calls (liveness, workers) trust that certificate, and the
+    official openai client works through it with the key; a client that does not trust it, or plain HTTP, gets nothing."""
+    openai = pytest.importorskip("openai")
+    cert, key_pem = make_certificate(tmp_path)
+    one = servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5")
+    r = router(tls=(cert, key_pem))
+    wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
+    assert r.proc.poll() is None, r.log
+    assert r.endpoint.read_text(encoding="utf-8") == (
+        "GLM_BASE_URL=https://127.0.0.1:%d/v1\nGLM_MODEL=glm-5.3-flash\nGLM_TLS_CERT=%s\n" % (r.port, cert))
+    r.announce("glm-serve", one)
+    # the launcher added the replica: its calls to the router's admin API went over HTTPS to the pinned certificate
+    wait_for(lambda: r.workers_file.exists() and [w["healthy"] for w in json.loads(
+        r.workers_file.read_text(encoding="utf-8"))["workers"]] == [True], 30)
+
+    trusting = openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(cert)))
+    client = openai.OpenAI(base_url=r.url + "/v1", api_key=KEY, max_retries=0, timeout=30, http_client=trusting)
+    assert "glm-5.3-flash" in [m.id for m in client.models.list()]
+    reply = client.chat.completions.create(model="glm-5.3-flash", messages=[{"role": "user", "content": "Hello"}], max_tokens=16)
+    assert reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(model="glm-5.3-flash", stream=True, max_tokens=16,
+                                                 messages=[{"role": "user", "content": "Hello"}]))
+    assert len(chunks) > 1
+    wrong = openai.OpenAI(base_url=r.url + "/v1", api_key="not-the-key", max_retries=0, timeout=30, http_client=trusting)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model="glm-5.3-flash", messages=[{"role": "user", "content": "Hello"}], max_tokens=16)
+    # a client without the certificate (the system's trust store) refuses the connection: nothing is sent
+    untrusting = openai.OpenAI(base_url=r.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+    with pytest.raises(openai.APIConnectionError):
+        untrusting.models.list()
+    # plain HTTP on the port gets no answer
+    with pytest.raises(Exception) as plain:
+        urllib.request.urlopen("http://127.0.0.1:%d/liveness" % r.port, timeout=5).read()
+    assert not isinstance(plain.value, urllib.error.HTTPError), plain.value
+    log = r.log
+    assert "listening: https://127.0.0.1:%d/v1" % r.port in log and "(HTTPS, certificate %s)" % cert in log
+    assert KEY not in log
+
+
+def test_a_certificate_file_that_holds_none_ends_the_job_with_its_name(router, tmp_path):
+    cert, key_pem = tmp_path / "not-a-cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate\n", encoding="utf-8")
+    key_pem.write_text("not a key\n", encoding="utf-8")
+    r = router(tls=(cert, key_pem))
+    assert r.proc.wait(timeout=30) != 0
+    assert "cannot use the TLS certificate %s" % cert in r.log, r.log

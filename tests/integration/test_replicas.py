@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -242,3 +243,46 @@ def test_scale_down_to_one_then_up_to_two(env):
     assert set(now) == {SERVE, SERVE + '-2', ROUTER} and now[SERVE] == before[SERVE], now
     assert sorted(w['replica'] for w in workers_file()) == [SERVE, SERVE + '-2']
     assert chats(2) == [200, 200]
+
+
+def test_https_on_the_router_restarts_no_replica_and_serves_the_openai_client(env):
+    """router_tls_cert/router_tls_key (issue 24, section 5), with a certificate made now: a key that others may read is
+    refused before anything changes; then only the router job is replaced (its script changed), the replicas keep
+    running, the endpoint file says https and the certificate, and the openai client works through it with the key."""
+    openai = pytest.importorskip('openai')
+    folder = os.path.join(login_home(), WORK, 'tls')
+    os.makedirs(folder, exist_ok=True)
+    cert, key_pem = os.path.join(folder, 'router.pem'), os.path.join(folder, 'router-key.pem')
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+                    '-days', '1', '-subj', '/CN=node3', '-addext', 'subjectAltName=DNS:node3,DNS:localhost,IP:127.0.0.1',
+                    '-keyout', key_pem, '-out', cert], check=True, capture_output=True)
+    for path in (folder, cert, key_pem):
+        chown_login(path)
+    os.chmod(key_pem, 0o640)
+    tls = variables(router_tls_cert='~/%s/tls/router.pem' % WORK, router_tls_key='~/%s/tls/router-key.pem' % WORK)
+    before = jobs()
+    refused = run_playbook('deploy.yml', tls, env['tmp'], timeout=600)
+    assert refused.returncode != 0 and 'which others may read: chmod 600 it' in refused.stdout, refused.stdout[-3000:]
+    assert jobs() == before and endpoint() == 'http://node3:30000/v1'
+
+    os.chmod(key_pem, 0o600)
+    proc = run_playbook('deploy.yml', dict(tls, glm_smoke_test=True), env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    now = jobs()
+    assert now[SERVE] == before[SERVE] and now[SERVE + '-2'] == before[SERVE + '-2'], (before, now)   # no GPU job restarted
+    assert now[ROUTER][0] != before[ROUTER][0] and now[ROUTER][1] == 'RUNNING'
+    assert endpoint() == 'https://node3:30000/v1'
+    assert 'GLM_TLS_CERT=%s' % cert in ssh('cat ~/%s/endpoint' % WORK)
+    assert "curl -s --cacert %s -H" % cert in proc.stdout and 'endpoint https://node3:30000/v1' in proc.stdout, proc.stdout[-3000:]
+    assert "answer: " in proc.stdout                                  # the smoke test's curl, over HTTPS
+    trusting = openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=cert))
+    client = openai.OpenAI(base_url='https://node3:30000/v1', api_key=ssh('cat ~/%s/api-key' % WORK).strip(),
+                           max_retries=0, timeout=60, http_client=trusting)
+    assert 'glm-5.3-flash' in [m.id for m in client.models.list()]
+    reply = client.chat.completions.create(model='glm-5.3-flash', messages=[{'role': 'user', 'content': 'Hello'}], max_tokens=16)
+    assert reply.choices[0].message.content
+    wrong = openai.OpenAI(base_url='https://node3:30000/v1', api_key='not-the-key', max_retries=0, timeout=60, http_client=trusting)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.chat.completions.create(model='glm-5.3-flash', messages=[{'role': 'user', 'content': 'Hello'}], max_tokens=16)
+    again = run_playbook('deploy.yml', tls, env['tmp'], timeout=600)
+    assert again.returncode == 0 and recap(again)[0] == 0 and jobs() == now, again.stdout[-3000:]

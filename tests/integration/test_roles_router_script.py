@@ -33,7 +33,7 @@ args = parse_router_args(sys.argv[1:])
 print(json.dumps({k: getattr(args, k) for k in ('host', 'port', 'policy', 'prometheus_port', 'health_check_interval_secs',
                                                  'health_check_timeout_secs', 'retry_max_retries', 'max_concurrent_requests',
                                                  'queue_size', 'queue_timeout_secs', 'cb_failure_threshold', 'api_key',
-                                                 'worker_urls')}))
+                                                 'worker_urls', 'server_cert_path', 'server_key_path')}))
 """
 
 
@@ -60,7 +60,8 @@ def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("router")
     scripts = {}
     custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--cb-failure-threshold", "5"],
-              "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G"}
+              "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G",
+              "router_tls_cert": "/etc/glm/router cert.pem", "router_tls_key": "~/tls/router-key.pem"}
     for name, extra in {"default": {}, "custom": custom}.items():
         proc = render(tmp, name, extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -97,7 +98,11 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     assert results["default"] == {"host": "0.0.0.0", "port": 30000, "policy": "cache_aware", "prometheus_port": 29000,
                                   "health_check_interval_secs": 10, "health_check_timeout_secs": 25, "retry_max_retries": 3,
                                   "max_concurrent_requests": 256, "queue_size": 512, "queue_timeout_secs": 60,
-                                  "cb_failure_threshold": 10, "api_key": None, "worker_urls": []}
+                                  "cb_failure_threshold": 10, "api_key": None, "worker_urls": [],
+                                  "server_cert_path": None, "server_key_path": None}
+    # router_tls_cert/router_tls_key: the gateway's --tls-cert-path/--tls-key-path ("~" resolved, a space quoted)
+    assert results["custom"]["server_cert_path"] == "/etc/glm/router cert.pem"
+    assert results["custom"]["server_key_path"].endswith("/tls/router-key.pem") and "~" not in results["custom"]["server_key_path"]
     assert results["custom"]["policy"] == "round_robin" and results["custom"]["port"] == 31000
     assert results["custom"]["cb_failure_threshold"] == 5                        # router_extra_args reach the gateway
     assert results["custom"]["host"] == "$HOST"                                   # router_host=node: the node's address
@@ -120,6 +125,9 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_queue_timeout": 0}, "router_queue_timeout", "1 or more"),
     ({"router_retries": -1}, "router_retries", "0 or more"),
     ({"router_extra_args": ["--queue-size", "5"]}, "router_extra_args", "router_queue_size"),
+    ({"router_tls_cert": "/etc/glm/cert.pem"}, "router_tls_key", "set both"),
+    ({"router_tls_cert": "cert.pem", "router_tls_key": "key.pem"}, "router_tls_cert", "absolute paths"),
+    ({"router_extra_args": ["--tls-cert-path=/x.pem"]}, "router_extra_args", "router_tls_cert"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)

@@ -27,6 +27,10 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   asking the router (whose worker list wants the key) or Slurm. The file is removed when the router exits.
 - FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
   router logs "Router ready" before it binds its port, so the log is not proof.
+- HTTPS: with the gateway's ``--tls-cert-path``/``--tls-key-path`` among the router's flags, the endpoint is
+  ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router trust
+  that certificate alone (pinned, no name check: it calls 127.0.0.1, which the certificate need not name), so the
+  key goes to nothing else on the port.
 
 The router's Rust runtime holds the GIL for as long as it runs (a Python thread beside ``launch_router`` never
 runs again), so the router runs in a child process (fork) and this process, the job's main one, keeps the replicas
@@ -40,6 +44,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import time
 import urllib.error
@@ -64,8 +69,8 @@ def read_key(path):
     return key
 
 
-def http(method, url, key=None, body=None, timeout=5.0):
-    """(status, parsed JSON or text); status None when nothing answers."""
+def http(method, url, key=None, body=None, timeout=5.0, context=None):
+    """(status, parsed JSON or text); status None when nothing answers. CONTEXT: the SSL context of an https URL."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
     if key:
@@ -73,7 +78,7 @@ def http(method, url, key=None, body=None, timeout=5.0):
     if data is not None:
         request.add_header('Content-Type', 'application/json')
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             status, text = response.status, response.read().decode('utf-8', 'replace')
     except urllib.error.HTTPError as error:
         status, text = error.code, error.read().decode('utf-8', 'replace')
@@ -131,8 +136,9 @@ def busy_requests(url):
 class Sync(object):
     """Keeps the router's workers in step with the replica files."""
 
-    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0):
+    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0, context=None):
         self.base, self.key, self.folder, self.workers_file = base, key, folder, workers_file
+        self.context = context     # the router's pinned certificate with HTTPS (pinned_context), else None
         self.drain_timeout = drain_timeout
         self.waiting = {}      # url -> the last /health status seen while it did not answer 200 (to log changes only)
         self.names = {}        # url -> replica name, kept after its file goes (until the replica is drained)
@@ -140,7 +146,7 @@ class Sync(object):
         self.adding = {}       # url -> when its addition was asked (the router adds in the background)
 
     def workers(self):
-        status, body = http('GET', self.base + '/workers', self.key)
+        status, body = http('GET', self.base + '/workers', self.key, context=self.context)
         if status != 200 or not isinstance(body, dict):
             return None
         return {w.get('url', '').rstrip('/'): w for w in body.get('workers', []) if isinstance(w, dict)}
@@ -156,7 +162,7 @@ class Sync(object):
             # asked again every round while the router lists it: the gateway adds and removes workers in
             # background workflows, and an addition still running when the removal ran lists the worker again
             if url not in wanted:
-                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key)[0]
+                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key, context=self.context)[0]
                 if url not in self.draining:
                     log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
                 self.draining.setdefault(url, now)
@@ -175,7 +181,8 @@ class Sync(object):
                     log('replica %s at %s does not answer /health yet (%s)' % (name, url, health or 'no answer'))
                 self.waiting[url] = health
                 continue
-            status, body = http('POST', self.base + '/workers', self.key, {'url': url, 'api_key': self.key})
+            status, body = http('POST', self.base + '/workers', self.key, {'url': url, 'api_key': self.key},
+                                context=self.context)
             worker_id = body.get('worker_id') if isinstance(body, dict) else None
             log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
             self.waiting.pop(url, None)
@@ -227,8 +234,19 @@ def write_atomic(path, text):
         os.umask(old)
 
 
-def write_endpoint(path, url, model):
-    write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n' % (url, model))
+def write_endpoint(path, url, model, tls_cert=None):
+    write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n%s' % (url, model, 'GLM_TLS_CERT=%s\n' % tls_cert if tls_cert else ''))
+
+
+def pinned_context(cert_file):
+    """An SSL context that trusts CERT_FILE alone (self-signed, or CA-issued taken as it is: X509 partial chain),
+    without the name check; as the deploy's probe does (glm.serve's module_utils/model_probe.py)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= getattr(ssl, 'VERIFY_X509_PARTIAL_CHAIN', 0)
+    context.load_verify_locations(cafile=cert_file)
+    return context
 
 
 def parse_options(argv):
@@ -251,7 +269,8 @@ def parse_options(argv):
 
 
 def start_router(router_argv, key, replicas_dir):
-    """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at)."""
+    """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at,
+    the certificate it serves HTTPS with or None, the SSL context that trusts it or None)."""
     try:  # smg (1.13: router_package's default), else sglang-router (0.3.2, a router_venv made before it)
         from smg.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     except ImportError:
@@ -259,9 +278,14 @@ def start_router(router_argv, key, replicas_dir):
     args = parse_router_args(router_argv)
     args.api_key = key
     local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
-    base = 'http://%s:%d' % (local, args.port)
-    log('starting SGLang Model Gateway on %s:%d, policy %s, replicas from %s' % (
-        args.host, args.port, args.policy, replicas_dir))
+    tls_cert = getattr(args, 'server_cert_path', None)      # --tls-cert-path (smg; sglang-router 0.3.2 has none)
+    base = '%s://%s:%d' % ('https' if tls_cert else 'http', local, args.port)
+    try:
+        context = pinned_context(tls_cert) if tls_cert else None
+    except (ssl.SSLError, OSError) as error:
+        raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
+    log('starting SGLang Model Gateway on %s:%d%s, policy %s, replicas from %s' % (
+        args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', args.policy, replicas_dir))
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -271,7 +295,7 @@ def start_router(router_argv, key, replicas_dir):
             os._exit(0)  # pylint: disable=protected-access
         except BaseException:  # pylint: disable=broad-except
             os._exit(1)  # pylint: disable=protected-access
-    return child, base
+    return child, base, tls_cert, context
 
 
 def forward_signals(child):
@@ -315,18 +339,18 @@ def main(argv=None):
     opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
-    child, base = start_router(router_argv, key, opts.replicas_dir)
+    child, base, tls_cert, context = start_router(router_argv, key, opts.replicas_dir)
     stopping = forward_signals(child)
-    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout)
+    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, context)
     live = False
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             return router_exited(status, opts.workers_file)
-        if not live and http('GET', base + '/liveness')[0] == 200:
+        if not live and http('GET', base + '/liveness', context=context)[0] == 200:
             live = True
-            url = 'http://%s:%d' % (host, args_port(router_argv))
-            write_endpoint(opts.endpoint_file, url, opts.model)
+            url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
+            write_endpoint(opts.endpoint_file, url, opts.model, tls_cert)
             log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
         if live and not stopping:
             sync_round(sync)

@@ -9,7 +9,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 
 import pytest
@@ -102,3 +106,60 @@ def test_a_server_that_never_answers_times_out():
     finally:
         sock.close()
     assert result.status == mp.STARTING and not result.answered and 'timed out' in result.detail
+
+
+def certificate(folder, name):
+    """A self-signed certificate for NAME (not an address: the probe checks no name) and its key, made now."""
+    if not shutil.which('openssl'):
+        pytest.skip('no openssl command to make a certificate')
+    cert, key = os.path.join(str(folder), name + '.pem'), os.path.join(str(folder), name + '.key')
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+                    '-days', '1', '-subj', '/CN=' + name, '-keyout', key, '-out', cert], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope='module')
+def tls_server(tmp_path_factory):
+    """The same answers over HTTPS, with a certificate for glm.example (not 127.0.0.1, where the probe connects)."""
+    folder = tmp_path_factory.mktemp('tls')
+    cert, key = certificate(folder, 'glm.example')
+    httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever)
+    thread.daemon = True
+    thread.start()
+    yield httpd.server_address[1], cert, folder
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_https_pinned_to_the_certificate_whatever_names_it_lists(tls_server):
+    port, cert, _folder = tls_server
+    tls = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=cert)
+    assert tls.endpoint('node3') == 'https://node3:%d' % port
+    result = tls.check('127.0.0.1')
+    assert result.status == mp.READY, result
+    assert Handler.seen[-1] == ('/v1/models', 'Bearer ' + KEY)
+
+
+def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_server):
+    port, _cert, folder = tls_server
+    other, _key = certificate(folder, 'someone-else')
+    seen = len(Handler.seen)
+    result = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=other).check('127.0.0.1')
+    assert result.status == mp.STARTING and not result.answered and 'TLS' in result.detail, result
+    assert len(Handler.seen) == seen                                   # the key was not sent
+    plain = probe(port).check('127.0.0.1')                             # no tls_cert: HTTP to a TLS port
+    assert plain.status == mp.STARTING and not plain.answered, plain
+    assert len(Handler.seen) == seen
+
+
+def test_a_tls_cert_that_is_no_certificate_is_refused_before_anything_is_sent(tmp_path):
+    bad = tmp_path / 'cert.pem'
+    bad.write_text('not a certificate\n')
+    for path in (str(bad), str(tmp_path / 'missing.pem')):
+        with pytest.raises(ValueError) as raised:
+            mp.ModelProbe(1, '/v1/models', KEY, 'glm-5.3-flash', tls_cert=path)
+        assert 'cannot use the TLS certificate %s' % path in str(raised.value)

@@ -42,3 +42,14 @@ def test_load_and_idle_texts():
         'last request 3 s ago; stops after 12 s idle (server_idle_timeout)')
     assert status_report.idle_text({'idle_for': 130, 'idle_timeout': 7200}) == 'last request 2 min ago; stops after 2 h idle (server_idle_timeout)'
     assert status_report.load_line(None, 404, None).startswith('load: unknown (the server runs without --enable-metrics')
+
+
+def test_the_tunnel_line_says_https_when_the_endpoint_file_names_a_certificate():
+    settings = {'tunnel_command': 'ssh -L 30000:127.0.0.1:40000 login', 'port': 30000}
+    plain = {'tunnel_to': 'node3:30000', 'relay': True, 'endpoint_file': {'GLM_BASE_URL': 'http://node3:30000/v1'}}
+    assert status_report.tunnel_line(plain, settings) == (
+        'from your machine: ssh -L 30000:127.0.0.1:40000 login, then http://localhost:30000/v1 while it runs')
+    tls = dict(plain, endpoint_file={'GLM_BASE_URL': 'https://node3:30000/v1', 'GLM_TLS_CERT': '/home/u/router.pem'})
+    assert status_report.tunnel_line(tls, settings) == (
+        'from your machine: ssh -L 30000:127.0.0.1:40000 login, then https://localhost:30000/v1 while it runs'
+        ' (trusting the router certificate /home/u/router.pem)')
