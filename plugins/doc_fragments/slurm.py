@@ -128,9 +128,9 @@ options:
         default: 5
       tls_cert:
         description:
-          - The server's TLS certificate (PEM), a file on the host. The probe then speaks HTTPS and trusts this certificate
-            alone (pinned - a self-signed one, or a CA-issued one taken as it is), whatever host names it lists; the key is
-            sent only to the server that holds its private key. A TLS failure (another certificate, no TLS) reads as a
-            server still starting, with the reason in the wait's progress.
+          - The server's TLS certificate (PEM, the first one in the file), a file on the host. The probe then speaks HTTPS
+            and accepts exactly this certificate (pinned - its bytes are compared after the handshake, before the request
+            and its key are sent), whoever signed it and whatever host names it lists. A TLS failure (another
+            certificate, no TLS) reads as a server still starting, with the reason in the wait's progress.
         type: path
 '''

@@ -136,6 +136,18 @@ class View(object):
         except ActionError as exc:
             return None, exc.msg
 
+    @staticmethod
+    def router_probe(probe, tls_cert):
+        """The probe for the router: with TLS_CERT (its endpoint file's GLM_TLS_CERT, else router_tls_cert), over HTTPS
+        pinned to it; never plain HTTP to a router that serves HTTPS (None: not asked, when the file holds no
+        certificate); else the replicas' probe."""
+        if probe is None or not tls_cert:
+            return probe
+        try:
+            return probe.over_tls(tls_cert)
+        except ValueError:
+            return None
+
     def asked(self, probe, job):
         return probe_job(probe, job) if probe is not None and job['state'] == 'RUNNING' else None
 
@@ -170,10 +182,12 @@ class View(object):
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
         probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
         router_probed = params['router_port'] == (params.get('probe') or {}).get('port')
-        for job in servers + others + ([router] if router and router_probed else []):
+        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
+        for job in servers + others:
             job['probe'] = self.asked(probe, job)
-        if router and not router_probed:
-            router['probe'] = None
+        if router:
+            tls_cert = (endpoint_vars or {}).get('GLM_TLS_CERT') or params.get('router_tls_cert')
+            router['probe'] = self.asked(self.router_probe(probe, tls_cert), router) if router_probed else None
         server = live_last(servers)
         download = roles['download']
         http = self.server_http(server, probe) if server else self.server_http({}, None)
@@ -181,7 +195,6 @@ class View(object):
         running = dict((j['role'], j) for j in (server, router) if j and j['state'] == 'RUNNING' and j.get('nodes'))
         tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port']) if 'router' in running else
                      '%s:%s' % (running['replica']['nodes'], params['port']) if 'replica' in running else '')
-        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
         said = progress(layout, (live_last(download) or (download[-1] if download else None)) or None,
                         server or (servers[-1] if servers else None), params.get('model_dir'),
                         ready=answer.get('status') == 'ready', endpoint=answer.get('endpoint'),

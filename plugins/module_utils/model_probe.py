@@ -9,10 +9,10 @@ is what a probe of a compute node's port wants, and it imports in a few millisec
 ``ansible.module_utils.urls`` takes about 60 (a re-run pays it on every deploy). The key is read from a file on
 the host, goes only into the Authorization header, and never into a URL, a result, an exception message or a log.
 
-With ``tls_cert`` (the router's certificate, a PEM file on the host), the probe speaks HTTPS and trusts that
-certificate and nothing else (:func:`pinned_context`): the key goes only to the server that holds its private key,
-whatever names the certificate carries (the probe connects to a node name, which a certificate made for the
-tunnel's ``localhost`` or for a service name need not list).
+With ``tls_cert`` (the router's certificate, a PEM file on the host), the probe speaks HTTPS and accepts that
+certificate and nothing else (:func:`https_get`: the exact certificate, pinned): the key goes only to the server
+that presents it, whatever names it carries (the probe connects to a node name, which a certificate made for the
+tunnel's ``localhost`` or for a service name need not list) and whoever signed it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +21,7 @@ __metaclass__ = type
 
 import http.client as http_client
 import json
+import re
 import socket
 import ssl
 
@@ -93,6 +94,12 @@ class ModelProbe:
         self.scheme = 'https' if tls_cert else 'http'
         self._open = opener or (https_get(tls_cert) if tls_cert else http_get)
 
+    def over_tls(self, tls_cert):
+        """This probe over HTTPS, trusting ``tls_cert`` alone (a router that serves HTTPS beside plain-HTTP replicas).
+        Raises ValueError when the file holds no certificate."""
+        return ModelProbe(self.port, self.path, self._key, self.model, timeout=self.timeout, key_file=self.key_file,
+                          tls_cert=tls_cert)
+
     def endpoint(self, node):
         return '%s://%s:%d' % (self.scheme, node, self.port)
 
@@ -132,29 +139,45 @@ def http_get(host, port, path, headers, timeout):
         conn.close()
 
 
-def pinned_context(cert_file):
-    """An SSL context that trusts the certificate in ``cert_file`` alone (a self-signed one, or a CA-issued one taken
-    as it is: X509 partial chain), without the name check (pinning is the stronger check). Raises ssl.SSLError or
-    OSError when the file holds no certificate."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.verify_flags |= getattr(ssl, 'VERIFY_X509_PARTIAL_CHAIN', 0)
-    context.load_verify_locations(cafile=cert_file)
-    return context
+PEM_CERT_RE = re.compile(r'-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----')
+
+
+class PinMismatch(ssl.SSLError):
+    """The server presented another certificate than the pinned one (nothing was sent)."""
+
+
+def read_pin(cert_file):
+    """The DER bytes of the first certificate in the PEM file ``cert_file`` (the server's own: a chain file starts with
+    it). Raises ValueError naming the file when it holds none or cannot be read."""
+    try:
+        with open(cert_file, 'r') as handle:
+            found = PEM_CERT_RE.search(handle.read())
+    except (IOError, OSError, UnicodeDecodeError) as exc:
+        raise ValueError('cannot use the TLS certificate %s: %s' % (cert_file, getattr(exc, 'strerror', None) or exc))
+    if not found:
+        raise ValueError('cannot use the TLS certificate %s: no PEM certificate in it' % cert_file)
+    try:
+        return ssl.PEM_cert_to_DER_cert(found.group(0))
+    except ValueError as exc:
+        raise ValueError('cannot use the TLS certificate %s: %s' % (cert_file, exc))
 
 
 def https_get(cert_file):
-    """An opener like :func:`http_get` over HTTPS, trusting only ``cert_file``. Raises ValueError (naming the file)
-    when it holds no usable certificate, before anything is sent."""
-    try:
-        context = pinned_context(cert_file)
-    except (ssl.SSLError, OSError) as exc:
-        raise ValueError('cannot use the TLS certificate %s: %s' % (cert_file, getattr(exc, 'strerror', None) or exc))
+    """An opener like :func:`http_get` over HTTPS, pinned to the certificate in ``cert_file``: after the handshake and
+    before the request (and its key) is sent, the server's certificate must be exactly that one (the DER bytes), so
+    no other certificate passes, whoever signed it, and no name or CA chain is needed (SSH's host-key model; the same
+    on every Python). Raises ValueError (naming the file) when it holds no certificate, before anything is sent."""
+    pin = read_pin(cert_file)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE     # the pin below is the check: exactly this certificate
 
     def opener(host, port, path, headers, timeout):
         conn = http_client.HTTPSConnection(host, port, timeout=timeout, context=context)
         try:
+            conn.connect()
+            if conn.sock.getpeercert(True) != pin:
+                raise PinMismatch('the server presents another certificate than %s' % cert_file)
             conn.request('GET', path, headers=headers)
             response = conn.getresponse()
             return response.status, response.read()
@@ -166,7 +189,9 @@ def https_get(cert_file):
 def _reason(exc):
     if isinstance(exc, socket.timeout):
         return 'timed out'
+    if isinstance(exc, PinMismatch):
+        return 'TLS: %s' % exc.args[0]
     if isinstance(exc, ssl.SSLError):
-        return 'TLS: %s' % (getattr(exc, 'reason', None) or exc)
+        return 'TLS: %s' % (getattr(exc, 'verify_message', None) or getattr(exc, 'reason', None) or exc)
     text = getattr(exc, 'strerror', None) or str(exc) or type(exc).__name__
     return text

@@ -68,6 +68,13 @@ options:
     description: The router's Prometheus port (C(router_metrics_port)).
     type: int
     default: 29000
+  router_tls_cert:
+    description:
+      - The router's TLS certificate (C(router_tls_cert), a PEM file on the host) when it serves HTTPS. The router is then
+        asked over HTTPS, pinned to that certificate (O(probe.tls_cert)); the certificate its endpoint file names
+        (C(GLM_TLS_CERT), what the running router serves) comes first. A router serving HTTPS is never asked over plain
+        HTTP; when the certificate cannot be read, it is not asked (C(router.job.probe) null).
+    type: path
   bad_node_ttl:
     description: Seconds a node stays on the bad-node list after its GPU check failed (C(server_bad_node_ttl)).
     type: int
@@ -219,6 +226,7 @@ def argument_spec():
         port=dict(type='int', default=30000),
         router_port=dict(type='int', default=30000),
         router_metrics_port=dict(type='int', default=29000),
+        router_tls_cert=dict(type='path'),
         bad_node_ttl=dict(type='int', default=86400),
         probe=dict(type='dict', options=job_actions.probe_options()),
         user=dict(type='str'),

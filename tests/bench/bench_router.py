@@ -9,11 +9,14 @@ the same requests sent straight to a replica and through the router, interleaved
 add one round trip on the cluster network, ~0.05-0.2 ms), and the stand-ins answer at once, so what is measured
 is the router's own cost per request.
 
-    .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE] [--router LABEL=PYTHON ...]
+    .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE] [--router LABEL=PYTHON ...] [--tls]
 
 --router (repeatable): the gateways to measure side by side, each a Python whose venv has one (smg, or sglang-router
 0.3.2 for the figures before issue 24), each with its own launcher process in front of the same two replicas, the
 requests interleaved over all of them in one run (default: the one in .venv-router).
+
+--tls: each gateway also a second time with HTTPS (router_tls_cert/router_tls_key: a self-signed certificate made
+with openssl at the start), its requests over one keep-alive TLS connection (the handshake once, in the warm-up).
 
 Requests: GET /v1/models (the router answers it itself, from its registry) and a short POST /v1/chat/completions
 (proxied to a replica, round_robin), each with the key, over one keep-alive connection per target (as an OpenAI
@@ -26,6 +29,7 @@ import argparse
 import http.client
 import json
 import os
+import ssl
 import statistics
 import subprocess
 import sys
@@ -37,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'tests', 'doubles_tests'))
 
+from router_helpers import make_certificate  # noqa: E402  pylint: disable=wrong-import-position
 from standin_helpers import SEED_MODEL, Server, free_port, run_hf, wait_for
 from standin_helpers import http as request  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -72,6 +77,7 @@ def main():
     parser.add_argument('--json', metavar='FILE', help='also write the figures as JSON')
     parser.add_argument('--router', action='append', metavar='LABEL=PYTHON',
                         help='a gateway to measure (repeatable; default: smg=.venv-router/bin/python)')
+    parser.add_argument('--tls', action='store_true', help='each gateway also with HTTPS (label+tls), side by side')
     opts = parser.parse_args()
     routers = [r.split('=', 1) for r in (opts.router or ['smg=' + ROUTER_PYTHON])]
     for _label, python in routers:
@@ -87,28 +93,42 @@ def main():
     key_file.write_text(KEY + '\n')
     os.chmod(key_file, 0o600)
     started = []
-    for label, python in routers:
+    cert, key_pem = make_certificate(tmp) if opts.tls else (None, None)
+    runs = [(label, python, False) for label, python in routers] + [(label + '+tls', python, True) for label, python in routers
+                                                                    if opts.tls]
+    for label, python, tls in runs:
         folder = tmp / ('replicas-' + label)
         folder.mkdir()
         port = free_port()
         started.append((label, port, folder, subprocess.Popen(
             [python, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(folder),
-             '--endpoint-file', str(tmp / ('endpoint-' + label)), '--sync-interval', '0.5', '--advertise', '127.0.0.1',
-             '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin', '--prometheus-port', str(free_port())],
+             '--endpoint-file', str(tmp / ('endpoint-' + label)), '--workers-file', str(tmp / ('workers-' + label)),
+             '--sync-interval', '0.5', '--advertise', '127.0.0.1',
+             '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin', '--prometheus-port', str(free_port())]
+            + (['--tls-cert-path', str(cert), '--tls-key-path', str(key_pem)] if tls else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    trusting = ssl.create_default_context(cafile=str(cert)) if cert else None
+
+    def connect(label, port):
+        if label.endswith('+tls'):
+            return http.client.HTTPSConnection('127.0.0.1', port, context=trusting)
+        return http.client.HTTPConnection('127.0.0.1', port)
     try:
         for index, server in enumerate(replicas):
             server.wait_ready()
             for _label, _port, folder, _proc in started:
                 (folder / ('r%d.url' % index)).write_text(server.url + '\n')
 
-        def both_in(port):
+        def both_in(label, port):
+            if label.endswith('+tls'):       # its launcher's own workers file (it calls the router over HTTPS)
+                path = tmp / ('workers-' + label)
+                return path.exists() and len([w for w in json.loads(path.read_text())['workers'] if w['healthy']]) == 2
             status, body = request("GET", 'http://127.0.0.1:%d/workers' % port, key=KEY)
             return status == 200 and len([w for w in json.loads(body)['workers'] if w['is_healthy']]) == 2
-        for _label, port, _folder, _proc in started:
-            wait_for(lambda port=port: both_in(port), 60)
+        for label, port, _folder, _proc in started:
+            wait_for(lambda label=label, port=port: both_in(label, port), 60)
         targets = [('direct', http.client.HTTPConnection('127.0.0.1', replicas[0].port))]
-        targets += [(label, http.client.HTTPConnection('127.0.0.1', port)) for label, port, _folder, _proc in started]
+        targets += [(label, connect(label, port)) for label, port, _folder, _proc in started]
         samples = {(t, k): [] for t, _conn in targets for k in ('models', 'chat')}
         for _target, conn in targets:                       # warm-up: connections, the router's first picks
             for _i in range(20):
@@ -120,12 +140,12 @@ def main():
                 samples[(target, 'chat')].append(timed(conn, 'POST', '/v1/chat/completions', CHAT))
         result = {'%s_%s' % key: figures(values) for key, values in samples.items()}
         print('\n## Router latency: %s in front of 2 SGLang stand-ins, %d requests each, interleaved, same run' % (
-            ', '.join(label for label, _python in routers), opts.requests))
+            ', '.join(label for label, _port, _folder, _proc in started), opts.requests))
         print('| request | router | direct p50 | router p50 | added p50 | direct p99 | router p99 | added p99 |')
         print('|---|---|---|---|---|---|---|---|')
         for kind, name in (('models', 'GET /v1/models'), ('chat', 'POST /v1/chat/completions (8 tokens)')):
             d = result['direct_' + kind]
-            for label, _python in routers:
+            for label, _port, _folder, _proc in started:
                 r = result[label + '_' + kind]
                 print('| %s | %s | %.2f ms | %.2f ms | %+.2f ms | %.2f ms | %.2f ms | %+.2f ms |' % (
                     name, label, d['p50'], r['p50'], r['p50'] - d['p50'], d['p99'], r['p99'], r['p99'] - d['p99']))

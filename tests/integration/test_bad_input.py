@@ -186,6 +186,8 @@ CASES = [
     case('glm_smoke_test', 'maybe', 'true or false'),
     case('glm_smoke_test_timeout', 0, 'seconds'),
     case('glm_smoke_test_timeout', 'soon', 'seconds'),
+    case('router_tls_cert', '/etc/glm/router.pem', 'runs no router', 'router_enabled=true',
+         also={'router_tls_key': '/etc/glm/router.key'}, label='router_tls-without-a-router'),
     # teardown.yml's own
     case('glm_stop_at', 'tomorrow', 'YYYY-MM-DDTHH:MM', playbook='teardown.yml'),
     case('glm_stop_at', '2026-13-45T25:61', 'YYYY-MM-DDTHH:MM', playbook='teardown.yml'),

@@ -245,6 +245,11 @@ def test_scale_down_to_one_then_up_to_two(env):
     assert chats(2) == [200, 200]
 
 
+def flat(text):
+    """Ansible's output with its line wrapping undone (the YAML callback folds long lines)."""
+    return ' '.join(text.split())
+
+
 def test_https_on_the_router_restarts_no_replica_and_serves_the_openai_client(env):
     """router_tls_cert/router_tls_key (issue 24, section 5), with a certificate made now: a key that others may read is
     refused before anything changes; then only the router job is replaced (its script changed), the replicas keep
@@ -262,7 +267,7 @@ def test_https_on_the_router_restarts_no_replica_and_serves_the_openai_client(en
     tls = variables(router_tls_cert='~/%s/tls/router.pem' % WORK, router_tls_key='~/%s/tls/router-key.pem' % WORK)
     before = jobs()
     refused = run_playbook('deploy.yml', tls, env['tmp'], timeout=600)
-    assert refused.returncode != 0 and 'which others may read: chmod 600 it' in refused.stdout, refused.stdout[-3000:]
+    assert refused.returncode != 0 and 'which others may read: chmod 600 it' in flat(refused.stdout), refused.stdout[-3000:]
     assert jobs() == before and endpoint() == 'http://node3:30000/v1'
 
     os.chmod(key_pem, 0o600)
@@ -273,8 +278,9 @@ def test_https_on_the_router_restarts_no_replica_and_serves_the_openai_client(en
     assert now[ROUTER][0] != before[ROUTER][0] and now[ROUTER][1] == 'RUNNING'
     assert endpoint() == 'https://node3:30000/v1'
     assert 'GLM_TLS_CERT=%s' % cert in ssh('cat ~/%s/endpoint' % WORK)
-    assert "curl -s --cacert %s -H" % cert in proc.stdout and 'endpoint https://node3:30000/v1' in proc.stdout, proc.stdout[-3000:]
-    assert "answer: " in proc.stdout                                  # the smoke test's curl, over HTTPS
+    out = flat(proc.stdout)
+    assert "curl -s --cacert %s -H" % cert in out and 'endpoint https://node3:30000/v1' in out, proc.stdout[-3000:]
+    assert "answer: " in out                                          # the smoke test's curl, over HTTPS
     trusting = openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=cert))
     client = openai.OpenAI(base_url='https://node3:30000/v1', api_key=ssh('cat ~/%s/api-key' % WORK).strip(),
                            max_retries=0, timeout=60, http_client=trusting)
@@ -286,3 +292,17 @@ def test_https_on_the_router_restarts_no_replica_and_serves_the_openai_client(en
         wrong.chat.completions.create(model='glm-5.3-flash', messages=[{'role': 'user', 'content': 'Hello'}], max_tokens=16)
     again = run_playbook('deploy.yml', tls, env['tmp'], timeout=600)
     assert again.returncode == 0 and recap(again)[0] == 0 and jobs() == now, again.stdout[-3000:]
+    # status asks the router over HTTPS (the certificate its endpoint file names) and prints the tunnel line with https
+    status = run_playbook('status.yml', tls, env['tmp'], timeout=300)
+    assert status.returncode == 0, status.stdout[-3000:]
+    said = flat(status.stdout)
+    assert 'router: job %s RUNNING on node3, policy round_robin, /v1/models ready' % now[ROUTER][0] in said, status.stdout[-3000:]
+    assert 'then https://localhost:30000/v1 while it runs (trusting the router certificate %s)' % cert in said
+    # fetch_key brings the certificate beside the key (what a laptop's client trusts through the tunnel)
+    laptop = os.path.join(env['tmp'], 'laptop')
+    os.makedirs(laptop, exist_ok=True)
+    fetched = run_playbook('fetch_key.yml', dict(tls, glm_key_dest=os.path.join(laptop, 'api-key')), env['tmp'])
+    assert fetched.returncode == 0, fetched.stdout[-3000:]
+    with open(os.path.join(laptop, 'router.pem')) as got, open(cert) as made:
+        assert got.read() == made.read()
+    assert 'https://localhost:30000/v1 through the tunnel, trusting the router certificate in %s/router.pem' % laptop in flat(fetched.stdout)

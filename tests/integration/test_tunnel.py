@@ -77,6 +77,7 @@ def test_fetch_key_copies_the_key_0600_and_never_prints_it(served, tmp_path):
     assert oct(os.stat(dest).st_mode & 0o777) == '0o600'
     assert served['key'] not in proc.stdout + proc.stderr                 # not even at -vvv
     assert 'Anyone who can read it can call the server' in proc.stdout
+    assert 'http://localhost:' in proc.stdout and not os.path.exists(str(tmp_path / 'laptop' / 'router.pem'))  # plain HTTP
     bad = run_playbook('fetch_key.yml', dict(VARS, glm_key_dest='relative/key'), served['tmp'])
     assert bad.returncode != 0 and 'glm_key_dest="relative/key" is not valid' in bad.stdout
 

@@ -28,9 +28,9 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
 - FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
   router logs "Router ready" before it binds its port, so the log is not proof.
 - HTTPS: with the gateway's ``--tls-cert-path``/``--tls-key-path`` among the router's flags, the endpoint is
-  ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router trust
-  that certificate alone (pinned, no name check: it calls 127.0.0.1, which the certificate need not name), so the
-  key goes to nothing else on the port.
+  ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router accept
+  exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
+  check, it calls 127.0.0.1), so the key goes to nothing else that may hold the port.
 
 The router's Rust runtime holds the GIL for as long as it runs (a Python thread beside ``launch_router`` never
 runs again), so the router runs in a child process (fork) and this process, the job's main one, keeps the replicas
@@ -39,6 +39,7 @@ Standard library only, besides smg (or sglang_router) in the child.
 """
 
 import argparse
+import http.client as http_client
 import json
 import os
 import re
@@ -47,8 +48,7 @@ import socket
 import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 LOG_PREFIX = '[glm.serve] router:'
 
@@ -69,26 +69,54 @@ def read_key(path):
     return key
 
 
-def http(method, url, key=None, body=None, timeout=5.0, context=None):
-    """(status, parsed JSON or text); status None when nothing answers. CONTEXT: the SSL context of an https URL."""
+def http(method, url, key=None, body=None, timeout=5.0, pin=None):
+    """(status, parsed JSON or text); status None when nothing answers (then the text says why, for a log line).
+    PIN: with an https URL, the DER bytes of the one certificate the server may present; another one gets nothing
+    sent, not even the request line."""
+    parts = urllib.parse.urlsplit(url)
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method)
-    if key:
-        request.add_header('Authorization', 'Bearer %s' % key)
+    headers = {'Authorization': 'Bearer %s' % key} if key else {}
     if data is not None:
-        request.add_header('Content-Type', 'application/json')
+        headers['Content-Type'] = 'application/json'
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        if parts.scheme == 'https':
+            conn = http_client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=unpinned_tls())
+        else:
+            conn = http_client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        try:
+            conn.connect()
+            if parts.scheme == 'https' and conn.sock.getpeercert(True) != pin:
+                return None, 'the router presents another TLS certificate than the one it was given'
+            conn.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''), body=data, headers=headers)
+            response = conn.getresponse()
             status, text = response.status, response.read().decode('utf-8', 'replace')
-    except urllib.error.HTTPError as error:
-        status, text = error.code, error.read().decode('utf-8', 'replace')
-    except Exception:  # pylint: disable=broad-except
+        finally:
+            conn.close()
+    except Exception as error:  # pylint: disable=broad-except
         # nothing usable answered (refused, reset, timed out, a broken HTTP answer): the caller tries again later
-        return None, None
+        return None, '%s: %s' % (type(error).__name__, error)
     try:
         return status, json.loads(text)
     except ValueError:
         return status, text
+
+
+def unpinned_tls():
+    """The TLS context of this process's HTTPS calls: no CA chain, no name (http() compares the certificate itself)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def read_pin(cert_file):
+    """The DER bytes of the first certificate in the PEM file CERT_FILE (the server's own; a chain file starts with it),
+    as the deploy's probe reads it (glm.serve's module_utils/model_probe.py). Raises ValueError."""
+    with open(cert_file, encoding='utf-8') as handle:
+        found = re.search(r'-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----', handle.read())
+    if not found:
+        raise ValueError('no PEM certificate in it')
+    return ssl.PEM_cert_to_DER_cert(found.group(0))
 
 
 def replica_urls(folder):
@@ -136,9 +164,9 @@ def busy_requests(url):
 class Sync(object):
     """Keeps the router's workers in step with the replica files."""
 
-    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0, context=None):
+    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0, pin=None):
         self.base, self.key, self.folder, self.workers_file = base, key, folder, workers_file
-        self.context = context     # the router's pinned certificate with HTTPS (pinned_context), else None
+        self.pin = pin             # with HTTPS: the DER bytes of the router's certificate (read_pin), else None
         self.drain_timeout = drain_timeout
         self.waiting = {}      # url -> the last /health status seen while it did not answer 200 (to log changes only)
         self.names = {}        # url -> replica name, kept after its file goes (until the replica is drained)
@@ -146,7 +174,7 @@ class Sync(object):
         self.adding = {}       # url -> when its addition was asked (the router adds in the background)
 
     def workers(self):
-        status, body = http('GET', self.base + '/workers', self.key, context=self.context)
+        status, body = http('GET', self.base + '/workers', self.key, pin=self.pin)
         if status != 200 or not isinstance(body, dict):
             return None
         return {w.get('url', '').rstrip('/'): w for w in body.get('workers', []) if isinstance(w, dict)}
@@ -162,7 +190,7 @@ class Sync(object):
             # asked again every round while the router lists it: the gateway adds and removes workers in
             # background workflows, and an addition still running when the removal ran lists the worker again
             if url not in wanted:
-                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key, context=self.context)[0]
+                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key, pin=self.pin)[0]
                 if url not in self.draining:
                     log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
                 self.draining.setdefault(url, now)
@@ -181,8 +209,7 @@ class Sync(object):
                     log('replica %s at %s does not answer /health yet (%s)' % (name, url, health or 'no answer'))
                 self.waiting[url] = health
                 continue
-            status, body = http('POST', self.base + '/workers', self.key, {'url': url, 'api_key': self.key},
-                                context=self.context)
+            status, body = http('POST', self.base + '/workers', self.key, {'url': url, 'api_key': self.key}, pin=self.pin)
             worker_id = body.get('worker_id') if isinstance(body, dict) else None
             log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
             self.waiting.pop(url, None)
@@ -238,17 +265,6 @@ def write_endpoint(path, url, model, tls_cert=None):
     write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n%s' % (url, model, 'GLM_TLS_CERT=%s\n' % tls_cert if tls_cert else ''))
 
 
-def pinned_context(cert_file):
-    """An SSL context that trusts CERT_FILE alone (self-signed, or CA-issued taken as it is: X509 partial chain),
-    without the name check; as the deploy's probe does (glm.serve's module_utils/model_probe.py)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_REQUIRED
-    context.verify_flags |= getattr(ssl, 'VERIFY_X509_PARTIAL_CHAIN', 0)
-    context.load_verify_locations(cafile=cert_file)
-    return context
-
-
 def parse_options(argv):
     """(our options, the router's flags): those before '--' are ours, the rest the router's, never --api-key."""
     ours, router_argv = (argv[:argv.index('--')], argv[argv.index('--') + 1:]) if '--' in argv else (argv, [])
@@ -270,7 +286,7 @@ def parse_options(argv):
 
 def start_router(router_argv, key, replicas_dir):
     """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at,
-    the certificate it serves HTTPS with or None, the SSL context that trusts it or None)."""
+    the certificate it serves HTTPS with or None, that certificate's DER bytes or None)."""
     try:  # smg (1.13: router_package's default), else sglang-router (0.3.2, a router_venv made before it)
         from smg.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     except ImportError:
@@ -281,8 +297,8 @@ def start_router(router_argv, key, replicas_dir):
     tls_cert = getattr(args, 'server_cert_path', None)      # --tls-cert-path (smg; sglang-router 0.3.2 has none)
     base = '%s://%s:%d' % ('https' if tls_cert else 'http', local, args.port)
     try:
-        context = pinned_context(tls_cert) if tls_cert else None
-    except (ssl.SSLError, OSError) as error:
+        pin = read_pin(tls_cert) if tls_cert else None
+    except (ValueError, OSError) as error:
         raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
     log('starting SGLang Model Gateway on %s:%d%s, policy %s, replicas from %s' % (
         args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', args.policy, replicas_dir))
@@ -295,7 +311,7 @@ def start_router(router_argv, key, replicas_dir):
             os._exit(0)  # pylint: disable=protected-access
         except BaseException:  # pylint: disable=broad-except
             os._exit(1)  # pylint: disable=protected-access
-    return child, base, tls_cert, context
+    return child, base, tls_cert, pin
 
 
 def forward_signals(child):
@@ -339,15 +355,19 @@ def main(argv=None):
     opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
-    child, base, tls_cert, context = start_router(router_argv, key, opts.replicas_dir)
+    child, base, tls_cert, pin = start_router(router_argv, key, opts.replicas_dir)
     stopping = forward_signals(child)
-    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, context)
-    live = False
+    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, pin)
+    live, said = False, None
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             return router_exited(status, opts.workers_file)
-        if not live and http('GET', base + '/liveness', context=context)[0] == 200:
+        answer = http('GET', base + '/liveness', pin=pin) if not live else (None, None)
+        if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
+            said = answer[1]                    # a TLS failure says so once, instead of waiting in silence
+            log('the router does not answer over HTTPS yet: %s' % said)
+        if not live and answer[0] == 200:
             live = True
             url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
             write_endpoint(opts.endpoint_file, url, opts.model, tls_cert)

@@ -9,7 +9,14 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import shutil
+import subprocess
 import time
+
+import pytest
+
+from ansible_collections.glm.serve.plugins.module_utils import deployment
+from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 
 
 def test_one_squeue_and_membership_by_comment(tmp_path, view, job):
@@ -58,3 +65,16 @@ def test_unreadable_key_still_shows_the_jobs(tmp_path, view, job):
                      probe={'port': 30000, 'key_file': str(tmp_path / 'nope'), 'model': 'm', 'path': '/v1/models', 'timeout': 1})
     assert out['server']['job_id'] == '11' and out['server']['probe'] is None
     assert 'cannot read the API key file' in out['probe_error']
+
+
+def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path):
+    if not shutil.which('openssl'):
+        pytest.skip('no openssl command to make a certificate')
+    cert, key = str(tmp_path / 'router.pem'), str(tmp_path / 'router.key')
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+                    '-subj', '/CN=router', '-keyout', key, '-out', cert], check=True, capture_output=True)
+    plain = mp.ModelProbe(30000, '/v1/models', 'k' * 48, 'glm-5.3-flash')
+    assert deployment.View.router_probe(plain, None) is plain                       # plain router: the replicas' probe
+    assert deployment.View.router_probe(None, cert) is None                         # no probe asked for
+    assert deployment.View.router_probe(plain, cert).endpoint('node3') == 'https://node3:30000'
+    assert deployment.View.router_probe(plain, str(tmp_path / 'gone.pem')) is None  # HTTPS router, no certificate: not asked

@@ -144,6 +144,15 @@ def test_https_pinned_to_the_certificate_whatever_names_it_lists(tls_server):
     assert Handler.seen[-1] == ('/v1/models', 'Bearer ' + KEY)
 
 
+def test_over_tls_is_the_same_probe_over_https(tls_server):
+    port, cert, _folder = tls_server
+    plain = probe(port)
+    assert plain.endpoint('node3') == 'http://node3:%d' % port and plain.check('127.0.0.1').status == mp.STARTING
+    tls = plain.over_tls(cert)
+    assert tls.endpoint('node3') == 'https://node3:%d' % port and tls.check('127.0.0.1').status == mp.READY
+    assert (tls.port, tls.path, tls.model, tls.timeout) == (plain.port, plain.path, plain.model, plain.timeout)
+
+
 def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_server):
     port, _cert, folder = tls_server
     other, _key = certificate(folder, 'someone-else')
@@ -151,9 +160,49 @@ def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_ser
     result = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=other).check('127.0.0.1')
     assert result.status == mp.STARTING and not result.answered and 'TLS' in result.detail, result
     assert len(Handler.seen) == seen                                   # the key was not sent
-    plain = probe(port).check('127.0.0.1')                             # no tls_cert: HTTP to a TLS port
+    plain = probe(port).check('127.0.0.1')                             # no tls_cert: HTTP to a TLS port gets no answer
     assert plain.status == mp.STARTING and not plain.answered, plain
-    assert len(Handler.seen) == seen
+
+
+def issued(folder, name, ca):
+    """A certificate for NAME issued by the CA (cert, key) made with certificate(); its chain file (the certificate,
+    then the CA's) and its key."""
+    key, csr = os.path.join(str(folder), name + '.key'), os.path.join(str(folder), name + '.csr')
+    cert, chain = os.path.join(str(folder), name + '.pem'), os.path.join(str(folder), name + '-chain.pem')
+    subprocess.run(['openssl', 'req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+                    '-subj', '/CN=' + name, '-keyout', key, '-out', csr], check=True, capture_output=True)
+    subprocess.run(['openssl', 'x509', '-req', '-in', csr, '-CA', ca[0], '-CAkey', ca[1], '-CAcreateserial', '-days', '1',
+                    '-out', cert], check=True, capture_output=True)
+    with open(chain, 'w') as out, open(cert) as leaf, open(ca[0]) as root:
+        out.write(leaf.read() + root.read())
+    return chain, key
+
+
+def test_the_pin_is_the_servers_own_certificate_not_its_issuer(tmp_path):
+    """A chain file (the certificate, then its CA) pins the certificate: a server with another certificate from the
+    same CA gets nothing, not even the request; the right one answers without the CA being trusted anywhere."""
+    ca = certificate(tmp_path, 'site-ca')
+    mine, _key = issued(tmp_path, 'router-a', ca)
+    theirs, their_key = issued(tmp_path, 'router-b', ca)
+    httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(theirs, their_key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever)
+    thread.daemon = True
+    thread.start()
+    try:
+        port = httpd.server_address[1]
+        seen = len(Handler.seen)
+        result = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=mine).check('127.0.0.1')
+        assert result.status == mp.STARTING and not result.answered, result
+        assert result.detail == 'no answer (TLS: the server presents another certificate than %s)' % mine
+        assert len(Handler.seen) == seen                                   # nothing reached the server
+        ready = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=theirs).check('127.0.0.1')
+        assert ready.status == mp.READY, ready
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_a_tls_cert_that_is_no_certificate_is_refused_before_anything_is_sent(tmp_path):
