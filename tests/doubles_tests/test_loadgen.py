@@ -56,15 +56,16 @@ def test_counts_every_answer_streamed_and_not_and_keeps_the_key_out(servers, mod
 def test_a_server_that_goes_away_is_counted_not_lost(servers, model_dir, tmp_path):
     server = servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.2")
     server.wait_ready()
-    proc = loadgen(tmp_path, server.url + "/v1", "--rate", "10", "--duration", "3", "--timeout", "5")
+    proc = loadgen(tmp_path, server.url + "/v1", "--rate", "10", "--duration", "4", "--timeout", "5")
     time.sleep(1.0)
     threading.Thread(target=server.stop).start()
     rc, out, err = finished(proc)
     assert rc == 0, err
     got = json.loads(out)
     outcomes = got["outcomes"]
-    assert got["sent"] == 30 and sum(outcomes.values()) + got["unfinished"] == 30, got
-    assert outcomes.get("200", 0) >= 5 and got["failed"] >= 10, got        # about 1 s served, 2 s refused
+    assert got["sent"] == 40 and sum(outcomes.values()) + got["unfinished"] == 40, got
+    # about 1 s served, then the server stops (within a second or so, however busy the machine): 2 s or more refused
+    assert outcomes.get("200", 0) >= 5 and got["failed"] >= 10, got
     assert set(outcomes) <= {"200", "refused", "reset", "stream_broken", "error", "timeout"}, got
 
 
