@@ -187,12 +187,19 @@ def test_bad_dist_init_addr(servers, model_dir):
 
 
 def test_memory_check_uses_tp_size_over_all_nodes(servers, model_dir):
-    """tp 4 over two nodes: 82 GB of weights per GPU, out of memory on both (tp 16 over two nodes loads 20.5 GB)."""
+    """tp 4 over two nodes: 82 GB of weights per GPU, out of memory (tp 16 over two nodes loads 20.5 GB). Both nodes
+    fail; the one that gets to its memory check second may first see its peer gone (gloo's "Connection closed by
+    peer", or NCCL's remote-exit error), as ranks of a real job do: seen on a busy machine (a clean-clone make test of
+    a940bc6: gloo's), where both failing of the memory itself is only the usual order."""
     dist_port = free_port()
     nodes = [start_node(servers, model_dir, rank, dist_port, tp="4", ep="4") for rank in (0, 1)]
+    oom = "torch.OutOfMemoryError: CUDA out of memory"
+    peer_gone = ("Connection closed by peer", "RuntimeError: NCCL error: remote process exited or there was a network error")
     for server in nodes:
         assert server.wait_exit(10) == 1
-        assert "torch.OutOfMemoryError: CUDA out of memory" in server.err
+    errs = [server.err for server in nodes]
+    assert any(oom in err for err in errs), errs
+    assert all(oom in err or any(gone in err for gone in peer_gone) for err in errs), errs
 
 
 def test_node_addresses_with_host_all_interfaces(servers, model_dir):
