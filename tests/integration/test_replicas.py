@@ -284,6 +284,7 @@ def test_https_on_the_router_restarts_no_replica_and_answers_with_its_certificat
     assert 'GLM_TLS_CERT=%s' % cert in ssh('cat ~/%s/endpoint' % WORK)
     out = flat(proc.stdout)
     assert "curl -s --cacert %s -H" % cert in out and 'endpoint https://node3:30000/v1' in out, proc.stdout[-3000:]
+    assert 'then https://localhost:30000/v1 with the key' in out and 'trust the router certificate %s' % cert in out
     assert "answer: " in out                                          # the smoke test's curl, over HTTPS
     assert chats(3, cafile=cert) == [200] * 3                          # both replicas behind the HTTPS router
     assert chats(1, key=False, cafile=cert) == [401]

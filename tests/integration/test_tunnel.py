@@ -58,6 +58,9 @@ def served(tmp_path_factory):
         found = TUNNEL.search(proc.stdout)
         assert found, proc.stdout[-3000:]
         command = json.loads('"%s"' % found.group(1))   # the JSON string's text
+        # the line after it: where a client on this machine connects, with the endpoint's scheme (https behind an
+        # HTTPS router: test_replicas)
+        assert 'then http://localhost:30000/v1 with the key' in ' '.join(proc.stdout.split()), proc.stdout[-3000:]
         with open(os.path.join(work, 'api-key')) as handle:
             key = handle.read().strip()
         yield {'tmp': tmp, 'tunnel': command, 'key': key}
