@@ -10,6 +10,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 from ansible_collections.glm.serve.plugins.module_utils import job_actions
@@ -181,3 +185,17 @@ def job():
 def view():
     """deployment_info's result over DeploymentCli: view(tmp_path, rows, accounting=(), **params) -> (result, cli)."""
     return _view
+
+
+@pytest.fixture(scope='session')
+def make_certificate():
+    """make_certificate(folder, name): a self-signed certificate for NAME (not an address) and its key, made now with
+    openssl; (cert path, key path). Skips the test without an openssl command."""
+    def make(folder, name):
+        if not shutil.which('openssl'):
+            pytest.skip('no openssl command to make a certificate')
+        cert, key = os.path.join(str(folder), name + '.pem'), os.path.join(str(folder), name + '.key')
+        subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+                        '-days', '1', '-subj', '/CN=' + name, '-keyout', key, '-out', cert], check=True, capture_output=True)
+        return cert, key
+    return make

@@ -9,11 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import shutil
-import subprocess
 import time
-
-import pytest
 
 from ansible_collections.glm.serve.plugins.module_utils import deployment
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
@@ -67,12 +63,8 @@ def test_unreadable_key_still_shows_the_jobs(tmp_path, view, job):
     assert 'cannot read the API key file' in out['probe_error']
 
 
-def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path):
-    if not shutil.which('openssl'):
-        pytest.skip('no openssl command to make a certificate')
-    cert, key = str(tmp_path / 'router.pem'), str(tmp_path / 'router.key')
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
-                    '-subj', '/CN=router', '-keyout', key, '-out', cert], check=True, capture_output=True)
+def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path, make_certificate):
+    cert, _key = make_certificate(tmp_path, 'router')
     plain = mp.ModelProbe(30000, '/v1/models', 'k' * 48, 'glm-5.3-flash')
     assert deployment.View.router_probe(plain, None) is plain                       # plain router: the replicas' probe
     assert deployment.View.router_probe(None, cert) is None                         # no probe asked for

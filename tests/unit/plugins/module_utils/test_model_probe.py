@@ -8,9 +8,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -53,15 +53,28 @@ class Handler(http_server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope='module')
-def server():
+@contextlib.contextmanager
+def serving(cert=None, key=None):
+    """Handler on a free loopback port (HTTPS with the certificate CERT and its KEY); yields the port."""
     httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
+    if cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever)
     thread.daemon = True
     thread.start()
-    yield httpd.server_address[1]
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope='module')
+def server():
+    with serving() as port:
+        yield port
 
 
 def probe(port, path='/v1/models', key=KEY):
@@ -108,31 +121,13 @@ def test_a_server_that_never_answers_times_out():
     assert result.status == mp.STARTING and not result.answered and 'timed out' in result.detail
 
 
-def certificate(folder, name):
-    """A self-signed certificate for NAME (not an address: the probe checks no name) and its key, made now."""
-    if not shutil.which('openssl'):
-        pytest.skip('no openssl command to make a certificate')
-    cert, key = os.path.join(str(folder), name + '.pem'), os.path.join(str(folder), name + '.key')
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-                    '-days', '1', '-subj', '/CN=' + name, '-keyout', key, '-out', cert], check=True, capture_output=True)
-    return cert, key
-
-
 @pytest.fixture(scope='module')
-def tls_server(tmp_path_factory):
+def tls_server(tmp_path_factory, make_certificate):
     """The same answers over HTTPS, with a certificate for glm.example (not 127.0.0.1, where the probe connects)."""
     folder = tmp_path_factory.mktemp('tls')
-    cert, key = certificate(folder, 'glm.example')
-    httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever)
-    thread.daemon = True
-    thread.start()
-    yield httpd.server_address[1], cert, folder
-    httpd.shutdown()
-    httpd.server_close()
+    cert, key = make_certificate(folder, 'glm.example')
+    with serving(cert, key) as port:
+        yield port, cert, folder
 
 
 def test_https_pinned_to_the_certificate_whatever_names_it_lists(tls_server):
@@ -153,9 +148,9 @@ def test_over_tls_is_the_same_probe_over_https(tls_server):
     assert (tls.port, tls.path, tls.model, tls.timeout) == (plain.port, plain.path, plain.model, plain.timeout)
 
 
-def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_server):
+def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_server, make_certificate):
     port, _cert, folder = tls_server
-    other, _key = certificate(folder, 'someone-else')
+    other, _key = make_certificate(folder, 'someone-else')
     seen = len(Handler.seen)
     result = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=other).check('127.0.0.1')
     assert result.status == mp.STARTING and not result.answered and 'TLS' in result.detail, result
@@ -165,8 +160,8 @@ def test_https_refuses_another_certificate_and_plain_http_gets_no_answer(tls_ser
 
 
 def issued(folder, name, ca):
-    """A certificate for NAME issued by the CA (cert, key) made with certificate(); its chain file (the certificate,
-    then the CA's) and its key."""
+    """A certificate for NAME issued by the CA (cert, key) made with make_certificate; its chain file (the
+    certificate, then the CA's) and its key."""
     key, csr = os.path.join(str(folder), name + '.key'), os.path.join(str(folder), name + '.csr')
     cert, chain = os.path.join(str(folder), name + '.pem'), os.path.join(str(folder), name + '-chain.pem')
     subprocess.run(['openssl', 'req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
@@ -178,21 +173,13 @@ def issued(folder, name, ca):
     return chain, key
 
 
-def test_the_pin_is_the_servers_own_certificate_not_its_issuer(tmp_path):
+def test_the_pin_is_the_servers_own_certificate_not_its_issuer(tmp_path, make_certificate):
     """A chain file (the certificate, then its CA) pins the certificate: a server with another certificate from the
     same CA gets nothing, not even the request; the right one answers without the CA being trusted anywhere."""
-    ca = certificate(tmp_path, 'site-ca')
+    ca = make_certificate(tmp_path, 'site-ca')
     mine, _key = issued(tmp_path, 'router-a', ca)
     theirs, their_key = issued(tmp_path, 'router-b', ca)
-    httpd = http_server.HTTPServer(('127.0.0.1', 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(theirs, their_key)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever)
-    thread.daemon = True
-    thread.start()
-    try:
-        port = httpd.server_address[1]
+    with serving(theirs, their_key) as port:
         seen = len(Handler.seen)
         result = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=mine).check('127.0.0.1')
         assert result.status == mp.STARTING and not result.answered, result
@@ -200,9 +187,6 @@ def test_the_pin_is_the_servers_own_certificate_not_its_issuer(tmp_path):
         assert len(Handler.seen) == seen                                   # nothing reached the server
         ready = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, tls_cert=theirs).check('127.0.0.1')
         assert ready.status == mp.READY, ready
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def test_a_tls_cert_that_is_no_certificate_is_refused_before_anything_is_sent(tmp_path):
