@@ -24,6 +24,7 @@ from ansible_collections.glm.serve.plugins.module_utils import layout as lay
 from ansible_collections.glm.serve.plugins.module_utils import model_probe as mp
 from ansible_collections.glm.serve.plugins.module_utils import serve_progress
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
+from ansible_collections.glm.serve.plugins.module_utils import usage as usage_file
 from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes
 from ansible_collections.glm.serve.plugins.module_utils.job_actions import INFO_KEYS, probe_job
@@ -205,5 +206,6 @@ class View(object):
             endpoint=('http://%s:%s/v1' % (server['nodes'], params['port'])) if server.get('state') == 'RUNNING' else None,
             endpoint_file=endpoint_vars, endpoint_file_text=endpoint_text, tunnel_to=tunnel_to, relay=os.path.exists(layout.relay_file),
             router=self.router_view(router, others, probe), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
+            usage=usage_file.view(usage_file.read_usage(layout.usage_file)),
             bad_node_ttl=params['bad_node_ttl'], probe_error=probe_error, time=int(time.time()),
             polls=self.ctx.cli.polls, accounting_calls=self.ctx.cli.accounting_calls, **dict(said, **http))

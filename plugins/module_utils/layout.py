@@ -35,6 +35,14 @@ BAD_NODES = 'bad-nodes.json'
 ROUTER_WORKERS = 'router-workers.json'
 REPLICAS_DIR = 'replicas'
 RELAY = 'glm_relay.py'
+#: The gateway (router_proxy=litellm): the teams' key files (KEYS_DIR/TEAM), the registry the proxy checks keys against
+#: (hashes and limits, no key), the usage per team and day it keeps, the proxy's config (no secret: it names variables).
+KEYS_DIR = 'keys'
+GATEWAY_KEYS = 'gateway-keys.json'
+USAGE = 'usage.json'
+GATEWAY_CONFIG = 'gateway-config.json'
+#: The team of the service key (glm_api_key_file): the operator's, and the only one when glm_api_keys is unset.
+DEFAULT_TEAM = 'default'
 #: %-style patterns of the per-job files (``pattern % {'name': ..., 'job_id': ...}``); the log is sbatch's
 #: ``--output=%x-%j.out`` (%x the job name, %j the job id) with sbatch run in the work dir.
 LOG = '%(name)s-%(job_id)s.out'
@@ -122,6 +130,25 @@ class Layout(object):
     def relay_file(self):
         return self.path(RELAY)
 
+    @property
+    def keys_dir(self):
+        return self.path(KEYS_DIR)
+
+    def team_key_file(self, team):
+        return os.path.join(self.keys_dir, team)
+
+    @property
+    def gateway_keys_file(self):
+        return self.path(GATEWAY_KEYS)
+
+    @property
+    def usage_file(self):
+        return self.path(USAGE)
+
+    @property
+    def gateway_config_file(self):
+        return self.path(GATEWAY_CONFIG)
+
     def replica_url_file(self, name):
         return os.path.join(self.replicas_dir, REPLICA_URL % {'name': name})
 
@@ -142,7 +169,9 @@ class Layout(object):
             'comments': {'download': self.comment('download'), 'router': self.comment('router'),
                          'replicas': dict((n, self.comment('replica', k)) for k, n in enumerate(names, 1))},
             'files': {'bad_nodes': self.bad_nodes_file, 'router_workers': self.router_workers_file,
-                      'replicas_dir': self.replicas_dir, 'relay': self.relay_file,
+                      'replicas_dir': self.replicas_dir, 'relay': self.relay_file, 'keys_dir': self.keys_dir,
+                      'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
+                      'gateway_config': self.gateway_config_file,
                       'replica_urls': dict((n, self.replica_url_file(n)) for n in names)},
             'patterns': {'log': LOG, 'activity': ACTIVITY, 'replica_url': REPLICA_URL, 'sbatch_output': SBATCH_OUTPUT},
         }

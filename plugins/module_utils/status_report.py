@@ -11,6 +11,8 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.glm.serve.plugins.module_utils import usage as usage_file
+
 SCHEMA = 'glm.serve/status/v1'
 ACCOUNTING_NOTE = ' (from accounting: slurmctld has forgotten it)'
 
@@ -151,7 +153,7 @@ def lines(info, load, settings):
         'nodes avoided: %s' % (('%s. Server jobs exclude them for server_bad_node_ttl (%s s) after they failed; to try them '
                                 'sooner: rm %s' % (bad_text(bad), info['bad_node_ttl'], info['layout']['files']['bad_nodes']))
                                if bad else 'none'),
-    ]
+    ] + usage_file.lines(info.get('usage'))
 
 
 def document(info, load, settings, now=None):
@@ -178,4 +180,5 @@ def document(info, load, settings, now=None):
                    'answers': (job.get('probe') or {}).get('status') or 'not_asked', 'workers': router.get('workers') or [],
                    'requests_served': router.get('requests_served') or {}} if job else None,
         'replicas': info.get('replicas') or [],
+        'usage': info.get('usage'),
     }

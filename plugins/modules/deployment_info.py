@@ -158,6 +158,14 @@ bad_nodes:
   description: The nodes the server jobs avoid, within O(bad_node_ttl) - C({node - {cause, since, job_id}}).
   returned: always
   type: dict
+usage:
+  description:
+    - What the router's proxy (C(router_proxy=litellm)) counted per team, from its usage file in the work dir
+      (C(layout.files.usage)); V(null) without one. C(updated) (when the proxy last wrote it, Unix time), C(today) and
+      C(month) (UTC) - C({team - {requests, errors, limited, prompt_tokens, completion_tokens}}); C(limited) counts
+      the requests refused by the team's limits (HTTP 429).
+  returned: always
+  type: dict
 bad_node_ttl:
   description: O(bad_node_ttl).
   returned: always

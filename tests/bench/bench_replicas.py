@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -33,29 +32,12 @@ sys.path.insert(0, os.path.join(HERE, '..', 'integration'))
 
 import cluster_target as target  # noqa: E402  pylint: disable=wrong-import-position
 from bench_release import diff, sdiag  # noqa: E402  pylint: disable=wrong-import-position
-from deploy_helpers import (chown_login, isolated_vars, login_home, run_playbook, scancel_names,  # noqa: E402  pylint: disable=wrong-import-position
-                            ssh)
+from deploy_helpers import (isolated_vars, login_home, router_wheels, run_playbook,  # noqa: E402  pylint: disable=wrong-import-position
+                            scancel_names)
 
 WORK = 'glm-bench-replicas'
 DOWNLOAD, SERVE = 'bench-rp-download', 'bench-rp-serve'
 NAMES = [DOWNLOAD, SERVE, SERVE + '-2', SERVE + '-3', SERVE + '-router']
-WHEELS = 'glm-it-wheels'
-
-
-def wheels():
-    """The router's wheels for the login node's Python, in its home (a Debian root's login node has no index)."""
-    home = login_home()
-    folder = os.path.join(home, WHEELS)
-    version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
-    if not os.path.exists(os.path.join(folder, '.python-' + version)):
-        shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', 'smg==1.13.0', '--python-version', version,
-                        '--only-binary=:all:', '--platform', 'manylinux_2_17_x86_64', '--platform', 'manylinux2014_x86_64',
-                        '--platform', 'manylinux_2_28_x86_64', '--platform', 'linux_x86_64', '-d', folder], check=True)
-        open(os.path.join(folder, '.python-' + version), 'w').close()
-        for name in [''] + os.listdir(folder):
-            chown_login(os.path.join(folder, name))
-    return folder
 
 
 def variables(replicas, load, folder):
@@ -72,7 +54,7 @@ def main():
     opts = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit('run as root (sdiag, the login home)')
-    folder = wheels()
+    folder = router_wheels()
     tmp = '/tmp/glm-bench-replicas'
     os.makedirs(tmp, exist_ok=True)
     scancel_names(NAMES)

@@ -10,6 +10,7 @@ add one round trip on the cluster network, ~0.05-0.2 ms), and the stand-ins answ
 is the router's own cost per request.
 
     .venv/bin/python tests/bench/bench_router.py [--requests 300] [--json FILE] [--router LABEL=PYTHON ...] [--tls]
+                                                 [--proxy]
 
 --router (repeatable): the gateways to measure side by side, each a Python whose venv has one (smg, or sglang-router
 0.3.2 for the figures before issue 24), each with its own launcher process in front of the same two replicas, the
@@ -17,6 +18,9 @@ requests interleaved over all of them in one run (default: the one in .venv-rout
 
 --tls: each gateway also a second time with HTTPS (router_tls_cert/router_tls_key: a self-signed certificate made
 with openssl at the start), its requests over one keep-alive TLS connection (the handshake once, in the warm-up).
+
+--proxy: each gateway also a second time behind LiteLLM's proxy (router_proxy=litellm, the role's default: the
+launcher's --proxy litellm, the gateway on a loopback port behind it, the key checked against a registry), label+proxy.
 
 Requests: GET /v1/models (the router answers it itself, from its registry) and a short POST /v1/chat/completions
 (proxied to a replica, round_robin), each with the key, over one keep-alive connection per target (as an OpenAI
@@ -26,6 +30,7 @@ client holds one).
 from __future__ import absolute_import, division, print_function
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -78,6 +83,7 @@ def main():
     parser.add_argument('--router', action='append', metavar='LABEL=PYTHON',
                         help='a gateway to measure (repeatable; default: smg=.venv-router/bin/python)')
     parser.add_argument('--tls', action='store_true', help='each gateway also with HTTPS (label+tls), side by side')
+    parser.add_argument('--proxy', action='store_true', help="each gateway also behind LiteLLM's proxy (label+proxy)")
     opts = parser.parse_args()
     routers = [r.split('=', 1) for r in (opts.router or ['smg=' + ROUTER_PYTHON])]
     for _label, python in routers:
@@ -96,15 +102,22 @@ def main():
     cert, key_pem = make_certificate(tmp) if opts.tls else (None, None)
     runs = [(label, python, False) for label, python in routers] + [(label + '+tls', python, True) for label, python in routers
                                                                     if opts.tls]
+    runs += [(label + '+proxy', python, False) for label, python in routers if opts.proxy]
+    registry = tmp / 'gateway-keys.json'
+    registry.write_text(json.dumps({'version': 1, 'teams': {'default': {
+        'sha256': hashlib.sha256(KEY.encode()).hexdigest(), 'rpm': None, 'tpm': None, 'max_parallel': None}}}))
+    os.chmod(registry, 0o600)
     for label, python, tls in runs:
         folder = tmp / ('replicas-' + label)
         folder.mkdir()
         port = free_port()
+        proxied = ['--proxy', 'litellm', '--gateway-keys', str(registry), '--usage-file', str(tmp / ('usage-' + label)),
+                   '--gateway-config', str(tmp / ('gateway-config-%s.json' % label))] if label.endswith('+proxy') else []
         started.append((label, port, folder, subprocess.Popen(
             [python, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(folder),
              '--endpoint-file', str(tmp / ('endpoint-' + label)), '--workers-file', str(tmp / ('workers-' + label)),
-             '--sync-interval', '0.5', '--advertise', '127.0.0.1',
-             '--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin', '--prometheus-port', str(free_port())]
+             '--sync-interval', '0.5', '--advertise', '127.0.0.1'] + proxied
+            + ['--', '--host', '127.0.0.1', '--port', str(port), '--policy', 'round_robin', '--prometheus-port', str(free_port())]
             + (['--tls-cert-path', str(cert), '--tls-key-path', str(key_pem)] if tls else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
     trusting = ssl.create_default_context(cafile=str(cert)) if cert else None
@@ -120,7 +133,7 @@ def main():
                 (folder / ('r%d.url' % index)).write_text(server.url + '\n')
 
         def both_in(label, port):
-            if label.endswith('+tls'):       # its launcher's own workers file (it calls the router over HTTPS)
+            if label.endswith('+tls') or label.endswith('+proxy'):   # its launcher's workers file (HTTPS, or behind the proxy)
                 path = tmp / ('workers-' + label)
                 return path.exists() and len([w for w in json.loads(path.read_text())['workers'] if w['healthy']]) == 2
             status, body = request("GET", 'http://127.0.0.1:%d/workers' % port, key=KEY)

@@ -87,6 +87,31 @@ def chown_login(path):
     os.chown(path, uid, gid)
 
 
+#: The role's router_package and router_proxy_package (LiteLLM's proxy in front, router_proxy=litellm, the default)
+ROUTER_PACKAGES = ('smg==1.13.0', 'litellm[proxy]==1.108.7')
+ROUTER_WHEELS = 'glm-it-wheels'
+
+
+def router_wheels():
+    """The router's wheels (ROUTER_PACKAGES and their dependencies) for the login node's Python, in its home, made
+    once (a Debian root's login node has no package index: the role installs from there, router_pip_args --no-index
+    --find-links); the folder."""
+    folder = os.path.join(login_home(), ROUTER_WHEELS)
+    version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
+    wanted = [re.sub(r'\[.*\]', '', p).replace('==', '-') + '-' for p in ROUTER_PACKAGES]
+    have = os.listdir(folder) if os.path.isdir(folder) else []
+    if not all(any(n.startswith(w) for n in have) for w in wanted) or '.python-' + version not in have:
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q'] + list(ROUTER_PACKAGES) + [
+            '--python-version', version, '--only-binary=:all:', '--platform', 'manylinux_2_17_x86_64', '--platform',
+            'manylinux2014_x86_64', '--platform', 'manylinux_2_28_x86_64', '--platform', 'linux_x86_64', '-d', folder],
+            check=True)
+        open(os.path.join(folder, '.python-' + version), 'w').close()
+        for name in [''] + os.listdir(folder):
+            chown_login(os.path.join(folder, name))
+    return folder
+
+
 def ssh(command, check=True, timeout=60):
     """Run a shell command as the login user over real SSH; returns stdout."""
     proc = subprocess.run(SSH + [command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,

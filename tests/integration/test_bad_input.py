@@ -188,6 +188,14 @@ CASES = [
     case('glm_smoke_test_timeout', 'soon', 'seconds'),
     case('router_tls_cert', '/etc/glm/router.pem', 'runs no router', 'router_enabled=true',
          also={'router_tls_key': '/etc/glm/router.key'}, label='router_tls-without-a-router'),
+    case('glm_api_keys', [{'name': 'team-a', 'rpm': 60}], 'runs no router', 'router_enabled=true',
+         label='team-keys-without-a-router'),
+    # fetch_key.yml's own
+    case('glm_key_team', 'team-z', 'is not a team of glm_api_keys', 'add the team to glm_api_keys',
+         also={'glm_key_dest': '~/key'}, playbook='fetch_key.yml'),
+    # usage.yml's own
+    case('usage_from', '12/01/2026', 'YYYY-MM-DD', playbook='usage.yml'),
+    case('usage_to', '2026-11-01', 'the first not after the last', also={'usage_from': '2026-12-01'}, playbook='usage.yml'),
     # teardown.yml's own
     case('glm_stop_at', 'tomorrow', 'YYYY-MM-DDTHH:MM', playbook='teardown.yml'),
     case('glm_stop_at', '2026-13-45T25:61', 'YYYY-MM-DDTHH:MM', playbook='teardown.yml'),

@@ -24,22 +24,19 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
-from deploy_helpers import (chown_login, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home, recap,
-                            require_cluster, run_playbook, scancel_names, ssh)
+from deploy_helpers import (ROUTER_WHEELS, chown_login, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home, recap,
+                            require_cluster, router_wheels, run_playbook, scancel_names, ssh)
 
 WORK = 'glm-it-replicas'
 DOWNLOAD, SERVE = 'it-rp-download', 'it-rp-serve'
 ROUTER = SERVE + '-router'
 REPLICAS = [SERVE, SERVE + '-2']
-WHEELS = 'glm-it-wheels'
 NAMES = [DOWNLOAD, SERVE, SERVE + '-2', SERVE + '-3', ROUTER]
 FAST = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
-ROUTER_PACKAGE = 'smg==1.13.0'
 
 CLIENT = r'''
 import json, ssl, sys, urllib.request, urllib.error
@@ -67,7 +64,7 @@ print(json.dumps(out))
 
 def variables(**extra):
     base = isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=2, server_env=FAST, router_policy='round_robin',
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), WHEELS)],
+                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
                          router_sync_interval=2, router_health_check_interval=2,
                          # the stand-ins listen on port 30000 of node1's and node2's addresses on this one machine
                          router_host='node', server_wait_timeout=300)
@@ -120,19 +117,7 @@ def env(tmp_path_factory):
     work = os.path.join(home, WORK)
     scancel_names(NAMES)
     shutil.rmtree(work, ignore_errors=True)
-    wheels = os.path.join(home, WHEELS)
-    version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
-    if not os.path.isdir(wheels) or not any(n.startswith('smg-1.13.0-') for n in os.listdir(wheels)) or \
-            not os.path.exists(os.path.join(wheels, '.python-' + version)):
-        shutil.rmtree(wheels, ignore_errors=True)
-        subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', ROUTER_PACKAGE, '--python-version', version,
-                        '--only-binary=:all:', '--platform', 'manylinux_2_17_x86_64', '--platform', 'manylinux2014_x86_64',
-                        '--platform', 'manylinux_2_28_x86_64', '--platform', 'linux_x86_64', '-d', wheels], check=True)
-        open(os.path.join(wheels, '.python-' + version), 'w').close()
-        for folder, _dirs, files in os.walk(wheels):
-            chown_login(folder)
-            for name in files:
-                chown_login(os.path.join(folder, name))
+    router_wheels()
     try:
         started = time.monotonic()
         proc = run_playbook('deploy.yml', variables(), tmp, timeout=900)
@@ -306,3 +291,91 @@ def test_https_on_the_router_restarts_no_replica_and_answers_with_its_certificat
     with open(os.path.join(laptop, 'router.pem')) as got, open(cert) as made:
         assert got.read() == made.read()
     assert 'https://localhost:30000/v1 through the tunnel, trusting the router certificate in %s/router.pem' % laptop in flat(fetched.stdout)
+
+
+def models_status(key_file=None, cafile=None):
+    """GET /v1/models through the router, from the login node: the HTTP status (KEY_FILE on the login node, or none)."""
+    code = ('import ssl, sys, urllib.request, urllib.error\n'
+            'req = urllib.request.Request(sys.argv[1] + "/models")\n'
+            'if sys.argv[2] != "-": req.add_header("Authorization", "Bearer " + open(sys.argv[2]).read().strip())\n'
+            'ctx = ssl.create_default_context(cafile=sys.argv[3]) if len(sys.argv) > 3 else None\n'
+            'try:\n    print(urllib.request.urlopen(req, timeout=30, context=ctx).status)\n'
+            'except urllib.error.HTTPError as e:\n    print(e.code)\n')
+    path = os.path.join(login_home(), WORK, 'it-models.py')
+    with open(path, 'w') as handle:
+        handle.write(code)
+    chown_login(path)
+    return int(ssh('python3 ~/%s/it-models.py %s %s%s' % (WORK, endpoint(), key_file or '-', (' ' + cafile) if cafile else '')))
+
+
+def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
+    """glm_api_keys behind the router's proxy (LiteLLM, router_proxy=litellm, the default; here over the HTTPS of
+    the test before): each team's key made on the cluster (0600, not printed), a team over its rpm gets 429 while
+    another does not, /v1/models asks for a key, a team taken out of the list is refused at once, and status and
+    glm.serve.usage count each team's requests; no job is submitted or restarted for any of it."""
+    cert = os.path.join(login_home(), WORK, 'tls', 'router.pem')
+    tls = variables(router_tls_cert='~/%s/tls/router.pem' % WORK, router_tls_key='~/%s/tls/router-key.pem' % WORK)
+    teams = dict(tls, glm_api_keys=[{'name': 'team-a', 'rpm': 2}, {'name': 'team-b', 'max_parallel': 4}])
+    before = jobs()
+    proc = run_playbook('deploy.yml', teams, env['tmp'], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert jobs() == before                                            # no job submitted, none restarted
+    out = flat(proc.stdout)
+    keys_dir = os.path.join(login_home(), WORK, 'keys')
+    assert 'keys: default, team-a, team-b (team keys in %s' % keys_dir in out, proc.stdout[-3000:]
+    for team in ('team-a', 'team-b'):
+        mode = os.stat(os.path.join(keys_dir, team)).st_mode & 0o777
+        secret = ssh('cat ~/%s/keys/%s' % (WORK, team)).strip()
+        assert mode == 0o600 and len(secret) == 48 and secret not in proc.stdout
+        assert cmdlines_holding(secret) == []
+    a, b = '~/%s/keys/team-a' % WORK, '~/%s/keys/team-b' % WORK
+    assert models_status(cafile=cert) == 401                            # every route asks for a key through the proxy
+    assert models_status('~/%s/api-key' % WORK, cafile=cert) == 200
+    assert models_status(b, cafile=cert) == 200
+    # team-a: rpm 2, the third request in the minute refused; team-b, beside it, unaffected
+    got_a = chats_with(a, 3, cert)
+    got_b = chats_with(b, 3, cert)
+    assert got_a == [200, 200, 429] and got_b == [200, 200, 200], (got_a, got_b)
+    again = run_playbook('deploy.yml', teams, env['tmp'], timeout=600)
+    assert again.returncode == 0 and recap(again)[0] == 0 and jobs() == before, again.stdout[-3000:]
+
+    # team-a out of the list: its key refused at once (the proxy reads the registry again), its file removed
+    revoke = dict(tls, glm_api_keys=[{'name': 'team-b', 'max_parallel': 4}])
+    started = time.monotonic()
+    proc = run_playbook('deploy.yml', revoke, env['tmp'], timeout=600)
+    assert proc.returncode == 0 and 'revoked now: team-a' in flat(proc.stdout), proc.stdout[-3000:]
+    assert not os.path.exists(os.path.join(keys_dir, 'team-a')) and jobs() == before
+    ssh('cp ~/%s/keys/team-b ~/%s/team-b.copy' % (WORK, WORK))
+    assert chats_with('~/%s/team-b.copy' % WORK, 1, cert) == [200]
+    print('\nREPLICAS: team-a revoked by a deploy of %.0f s, no job restarted' % (time.monotonic() - started))
+
+    # the usage the proxy counted (written every 2 s): status shows this month's per team, usage.yml any range
+    time.sleep(3)
+    status = run_playbook('status.yml', revoke, env['tmp'], timeout=300)
+    said = flat(status.stdout)
+    assert status.returncode == 0, status.stdout[-3000:]
+    assert 'usage this month (UTC): team-a 3 requests (0 errors, 1 refused by its limits)' in said, status.stdout[-3000:]
+    assert 'usage this month (UTC): team-b 4 requests (0 errors, 0 refused by its limits)' in said, status.stdout[-3000:]
+    day = time.strftime('%Y-%m-%d', time.gmtime())
+    asked = dict(revoke, usage_from=day, usage_to=day, glm_usage_json=os.path.join(env['tmp'], 'usage.json'))
+    report = run_playbook('usage.yml', asked, env['tmp'], timeout=300)
+    assert report.returncode == 0, report.stdout[-3000:]
+    with open(os.path.join(env['tmp'], 'usage.json')) as handle:
+        doc = json.load(handle)
+    assert doc['teams']['team-a']['requests'] == 3 and doc['teams']['team-a']['limited'] == 1, doc
+    assert doc['teams']['team-b']['requests'] == 4 and doc['teams']['team-b']['prompt_tokens'] > 0, doc
+    # fetch_key hands out a team's key; a team that is not in the list is refused, naming the teams there are
+    laptop = os.path.join(env['tmp'], 'laptop-b')
+    os.makedirs(laptop, exist_ok=True)
+    fetched = run_playbook('fetch_key.yml', dict(revoke, glm_key_team='team-b', glm_key_dest=os.path.join(laptop, 'key')), env['tmp'])
+    assert fetched.returncode == 0, fetched.stdout[-3000:]
+    with open(os.path.join(laptop, 'key')) as handle:
+        assert handle.read().strip() == ssh('cat ~/%s/keys/team-b' % WORK).strip()
+    wrong = run_playbook('fetch_key.yml', dict(revoke, glm_key_team='team-a', glm_key_dest=os.path.join(laptop, 'a')), env['tmp'])
+    assert wrong.returncode != 0 and 'glm_key_team="team-a" is not a team of glm_api_keys (default, team-b)' in flat(wrong.stdout)
+
+
+def chats_with(key_file, count, cafile):
+    """Statuses of COUNT chats through the router with the key in KEY_FILE (a path on the login node)."""
+    out = ssh('python3 ~/%s/it-client.py %s %s %d %s' % (WORK, endpoint(), key_file, count, cafile), timeout=120)
+    return json.loads(out)

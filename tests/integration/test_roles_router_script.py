@@ -61,7 +61,7 @@ def rendered(tmp_path_factory):
     scripts = {}
     custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--cb-failure-threshold", "5"],
               "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G",
-              "router_tls_cert": "/etc/glm/router cert.pem", "router_tls_key": "~/tls/router-key.pem"}
+              "router_tls_cert": "/etc/glm/router cert.pem", "router_tls_key": "~/tls/router-key.pem", "router_proxy": "none"}
     for name, extra in {"default": {}, "custom": custom}.items():
         proc = render(tmp, name, extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -83,6 +83,12 @@ def test_the_job_and_its_launcher(rendered):
     assert ours[ours.index("--endpoint-file") + 1].endswith("/default/endpoint")
     assert ours[ours.index("--workers-file") + 1].endswith("/default/router-workers.json")
     assert "--api-key" not in text and 0o600 == rendered["default"].stat().st_mode & 0o777
+    # router_proxy=litellm (the default): LiteLLM's proxy in front, its registry, usage book and config in the work dir
+    assert ours[ours.index("--proxy") + 1] == "litellm"
+    assert ours[ours.index("--gateway-keys") + 1].endswith("/default/gateway-keys.json")
+    assert ours[ours.index("--usage-file") + 1].endswith("/default/usage.json")
+    assert ours[ours.index("--gateway-config") + 1].endswith("/default/gateway-config.json")
+    assert "--proxy" not in command(rendered["custom"])                   # router_proxy=none: the gateway alone
     assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
 
 
@@ -128,6 +134,13 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_tls_cert": "/etc/glm/cert.pem"}, "router_tls_key", "set both"),
     ({"router_tls_cert": "cert.pem", "router_tls_key": "key.pem"}, "router_tls_cert", "absolute paths"),
     ({"router_extra_args": ["--tls-cert-path=/x.pem"]}, "router_extra_args", "router_tls_cert"),
+    ({"router_proxy": "envoy"}, "router_proxy", "litellm"),
+    ({"router_proxy": "none", "glm_api_keys": [{"name": "team-a"}]}, "glm_api_keys", "set router_proxy=litellm"),
+    ({"glm_api_keys": [{"name": "Team A"}]}, "glm_api_keys names", "lower-case letters"),
+    ({"glm_api_keys": [{"name": "team-a"}, {"name": "team-a"}]}, "glm_api_keys names", "a different name"),
+    ({"glm_api_keys": [{"name": "default"}]}, "glm_api_keys names", 'not "default"'),
+    ({"glm_api_keys": [{"name": "team-a", "rpm": 0}]}, "glm_api_keys limits", "1 or more"),
+    ({"glm_api_keys": [{"name": "team-a"}], "glm_api_keys_rotate": ["team-b"]}, "glm_api_keys_rotate", "team-b"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)

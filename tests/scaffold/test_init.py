@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLAYBOOKS = ('deploy', 'status', 'teardown', 'fetch_key', 'logs')
+PLAYBOOKS = ('deploy', 'status', 'teardown', 'fetch_key', 'logs', 'usage')
 FILES = ['ansible.cfg', 'training', 'collections/requirements.yml'] + ['%s.yml' % p for p in PLAYBOOKS]
 
 

@@ -22,7 +22,8 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   no longer has it (the gateway removes a worker in the background) and the replica's own ``/metrics`` shows no
   running or queued request, or --drain-timeout seconds have passed.
 - JSON (with --workers-file) says after every comparison which replicas the router has, whether they are healthy
-  and which are draining (``{"time", "workers": [{"url", "replica", "healthy", "draining"}]}``, no key): the deploy
+  and which are draining (``{"time", "job_id", "workers": [{"url", "replica", "healthy", "draining"}]}``, no key; job_id:
+  the router job that wrote it, $SLURM_JOB_ID): the deploy
   reads it to cancel a replica it scales away only once it is drained, and the status playbook shows it, without
   asking the router (whose worker list wants the key) or Slurm. The file is removed when the router exits.
 - FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
@@ -31,6 +32,15 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router accept
   exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
   check, it calls 127.0.0.1), so the key goes to nothing else that may hold the port.
+
+- The proxy (``--proxy litellm``): LiteLLM's proxy takes the router's address, port and certificate (its ``--host``,
+  ``--port``, ``--tls-cert-path``/``--tls-key-path``), started as a second child with the config of glm_gateway.py
+  (beside this file; written to --gateway-config) and the key in its environment; the gateway moves to a free port of
+  127.0.0.1, plain HTTP, where only this node's processes reach it. The proxy asks every request but its health routes
+  for a key of --gateway-keys (the registry of the teams' key hashes and limits, read again when it changes) and
+  counts each team's requests and tokens in --usage-file. The endpoint file is written once the proxy answers
+  ``/health/liveliness``; this process keeps the replicas in step through the gateway's loopback port. When either
+  child exits, the other is stopped and the job ends.
 
 The router's Rust runtime holds the GIL for as long as it runs (a Python thread beside ``launch_router`` never
 runs again), so the router runs in a child process (fork) and this process, the job's main one, keeps the replicas
@@ -46,6 +56,7 @@ import re
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -246,7 +257,10 @@ class Sync(object):
                  'draining': url in self.draining} for url, worker in sorted(current.items())]
         rows += [{'url': url, 'replica': self.names.get(url), 'healthy': False, 'draining': True}
                  for url in sorted(self.draining) if url not in current]
-        write_atomic(self.workers_file, json.dumps({'time': int(time.time()), 'workers': rows}, indent=1) + '\n')
+        # job_id: which router job wrote it (a router being replaced may still write its own for a few seconds while
+        # the new one starts: the deploy waits for the file of the job it submitted)
+        write_atomic(self.workers_file, json.dumps({'time': int(time.time()), 'job_id': os.environ.get('SLURM_JOB_ID'),
+                                                    'workers': rows}, indent=1) + '\n')
 
 
 def write_atomic(path, text):
@@ -278,30 +292,53 @@ def parse_options(argv):
     parser.add_argument('--drain-timeout', type=float, default=120.0,
                         help='seconds a replica taken out may finish its requests before it counts as out')
     parser.add_argument('--advertise', default=None, help='the host name clients use (default: this node, SLURMD_NODENAME)')
+    parser.add_argument('--proxy', choices=['none', 'litellm'], default='none',
+                        help="LiteLLM's proxy on the router's address and port, the gateway on the loopback behind it")
+    parser.add_argument('--gateway-keys', default=None, help="the proxy's registry of key hashes and limits (JSON)")
+    parser.add_argument('--usage-file', default=None, help='where the proxy counts the usage per team and day (JSON)')
+    parser.add_argument('--gateway-config', default=None, help="where the proxy's config is written (no secret in it)")
     opts = parser.parse_args(ours)
+    if opts.proxy == 'litellm' and not (opts.gateway_keys and opts.usage_file and opts.gateway_config):
+        parser.error('--proxy litellm needs --gateway-keys, --usage-file and --gateway-config')
     if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
         parser.error('give the key in --key-file, not --api-key: a command line is visible to every user of the node')
     return opts, router_argv
 
 
-def start_router(router_argv, key, replicas_dir):
+def free_loopback_port():
+    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's choice), for the gateway behind the proxy."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+    finally:
+        probe.close()
+
+
+def start_router(router_argv, key, replicas_dir, proxied=False):
     """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at,
-    the certificate it serves HTTPS with or None, that certificate's DER bytes or None)."""
+    the certificate it serves HTTPS with or None, that certificate's DER bytes or None, the router's parsed args).
+    PROXIED: the gateway listens on a free port of 127.0.0.1 over plain HTTP instead (the proxy takes its --host,
+    --port and certificate), and the certificate returned is the one the proxy is to serve."""
     try:  # smg (1.13: router_package's default), else sglang-router (0.3.2, a router_venv made before it)
         from smg.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     except ImportError:
         from sglang_router.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     args = parse_router_args(router_argv)
     args.api_key = key
-    local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
     tls_cert = getattr(args, 'server_cert_path', None)      # --tls-cert-path (smg; sglang-router 0.3.2 has none)
-    base = '%s://%s:%d' % ('https' if tls_cert else 'http', local, args.port)
     try:
         pin = read_pin(tls_cert) if tls_cert else None
     except (ValueError, OSError) as error:
         raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
+    public = (args.host, args.port, tls_cert, getattr(args, 'server_key_path', None))
+    if proxied:
+        args.host, args.port = '127.0.0.1', free_loopback_port()
+        args.server_cert_path = args.server_key_path = None
+    local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
+    base = '%s://%s:%d' % ('https' if tls_cert and not proxied else 'http', local, args.port)
     log('starting SGLang Model Gateway on %s:%d%s, policy %s, replicas from %s' % (
-        args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', args.policy, replicas_dir))
+        args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert and not proxied else '', args.policy, replicas_dir))
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -311,22 +348,62 @@ def start_router(router_argv, key, replicas_dir):
             os._exit(0)  # pylint: disable=protected-access
         except BaseException:  # pylint: disable=broad-except
             os._exit(1)  # pylint: disable=protected-access
-    return child, base, tls_cert, pin
+    return child, base, tls_cert, pin, public
 
 
-def forward_signals(child):
-    """SIGTERM and SIGINT passed on to the router CHILD; the list returned gets each signal that came."""
+def start_proxy(opts, key, upstream, public):
+    """Starts LiteLLM's proxy (a child process) on the router's PUBLIC (host, port, cert, key), in front of the gateway
+    at UPSTREAM; returns (the Popen, the URL this node reaches the proxy at). Its config (glm_gateway.proxy_config: no
+    secret, it names the variables) is written to --gateway-config; the key is in its environment only."""
+    import glm_gateway  # pylint: disable=import-error,import-outside-toplevel  # beside this file (the role copies both)
+    host, port, tls_cert, tls_key = public
+    write_atomic(opts.gateway_config, json.dumps(glm_gateway.proxy_config(opts.model, upstream + '/v1'), indent=1) + '\n')
+    env = glm_gateway.proxy_env(os.environ, key, opts.gateway_keys, opts.usage_file)
+    argv = glm_gateway.proxy_argv(sys.executable, opts.gateway_config, host, port, tls_cert, tls_key)
+    log("starting LiteLLM's proxy on %s:%d%s, keys from %s, in front of the gateway at %s" % (
+        host, port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', opts.gateway_keys, upstream))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    proc = subprocess.Popen(argv, env=env, cwd=os.path.dirname(os.path.abspath(opts.gateway_config)))  # pylint: disable=consider-using-with
+    local = '127.0.0.1' if host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else host
+    return proc, '%s://%s:%d' % ('https' if tls_cert else 'http', local, port)
+
+
+def forward_signals(children):
+    """SIGTERM and SIGINT passed on to the CHILDREN (pids); the list returned gets each signal that came."""
     stopping = []
 
     def forward(signum, _frame):
         stopping.append(signum)                 # no more rounds: the router is going (teardown removes its files)
-        try:
-            os.kill(child, signum)
-        except OSError:
-            pass
+        for child in children:
+            try:
+                os.kill(child, signum)
+            except OSError:
+                pass
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     return stopping
+
+
+def stop_child(pid, timeout=20.0):
+    """SIGTERM to PID (the other child, when one exited), SIGKILL after TIMEOUT seconds; waits for it."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except OSError:
+            return
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 def router_exited(status, workers_file):
@@ -355,15 +432,29 @@ def main(argv=None):
     opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
-    child, base, tls_cert, pin = start_router(router_argv, key, opts.replicas_dir)
-    stopping = forward_signals(child)
-    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, pin)
+    proxied = opts.proxy == 'litellm'
+    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied)
+    proxy, front = (None, base)
+    if proxied:
+        proxy, front = start_proxy(opts, key, base, public)
+    children = [child] + ([proxy.pid] if proxy else [])
+    stopping = forward_signals(children)
+    # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy, or its own port
+    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, None if proxied else pin)
     live, said = False, None
+    ready = '/health/liveliness' if proxied else '/liveness'    # LiteLLM's spelling (proxy/health_endpoints)
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
+            if proxy:
+                stop_child(proxy.pid)
             return router_exited(status, opts.workers_file)
-        answer = http('GET', base + '/liveness', pin=pin) if not live else (None, None)
+        if proxy and proxy.poll() is not None:
+            log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
+            stop_child(child)
+            router_exited(0, opts.workers_file)
+            return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else 1)
+        answer = http('GET', front + ready, pin=pin) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
             said = answer[1]                    # a TLS failure says so once, instead of waiting in silence
             log('the router does not answer over HTTPS yet: %s' % said)

@@ -456,9 +456,18 @@ class Handler(BaseHTTPRequestHandler):
         parts = header.split(" ", 1)
         return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == key
 
+    def _discard_body(self):
+        """Reads the request body that an answer without a handler leaves unread: uvicorn (h11) reads past it before
+        the next request on a kept-alive connection, so a client (LiteLLM's proxy, httpx) reusing it gets an answer to
+        its next request, not a 501 for the left-over body."""
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+
     def _route(self):
         path = self.path.split("?", 1)[0]
         if not self._authorized(path):
+            self._discard_body()
             self._json(401, {"error": "Unauthorized"})
             return
         get_routes = {
@@ -472,8 +481,10 @@ class Handler(BaseHTTPRequestHandler):
             self.state.metrics.http_request(path, self.command)
             routes[path]()
         elif path in get_routes or path in post_routes:
+            self._discard_body()
             self._json(405, {"detail": "Method Not Allowed"})
         else:
+            self._discard_body()
             self._json(404, {"detail": "Not Found"})
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _route

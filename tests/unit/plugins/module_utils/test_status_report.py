@@ -30,7 +30,7 @@ def test_status_lines_and_document(tmp_path, view, job):
         tmp_path / 'glm_relay.py') in lines
     doc = status_report.document(out, None, SETTINGS, now=0)
     assert sorted(doc) == sorted(['schema', 'time', 'host', 'model', 'phase', 'progress', 'load', 'activity', 'jobs', 'server',
-                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas'])
+                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas', 'usage'])
     assert doc['time'] == '1970-01-01T00:00:00Z' and doc['server']['answers'] == 'ready' and doc['router'] is None
     assert [j['job_id'] for j in doc['jobs']] == ['11', '9']
 
