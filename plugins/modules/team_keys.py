@@ -408,6 +408,22 @@ class TeamKeys:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
 
+    @staticmethod
+    def refuse_shared_keys(service_key, found, rotate):
+        """Refused when two teams (the service key's, default, among them) hold the same key: the gateway would refuse
+        the whole registry (it cannot tell them apart), every key with it."""
+        owners = {}
+        if service_key:
+            owners.setdefault(sha256(service_key), []).append(DEFAULT_TEAM)
+        for name in sorted(found):
+            if found[name] is not None and found[name][0] and name not in rotate:
+                owners.setdefault(sha256(found[name][0]), []).append(name)
+        shared = [names for names in owners.values() if len(names) > 1]
+        if shared:
+            raise Refused('teams %s hold the same key (a key file copied?): give each its own - list one in rotate for '
+                          'a new key (glm_api_keys_rotate), or remove its key file; %s is the service key\'s team'
+                          % ('; '.join(' and '.join(names) for names in shared), DEFAULT_TEAM))
+
     def revoke(self, listed):
         """Remove the key files of teams not listed (regular files named as a team, one line of hex); their names."""
         keys_dir = self.params['keys_dir']
@@ -481,15 +497,19 @@ class TeamKeys:
     def run(self):
         params = self.params
         validate(params)
-        service_key = self.secret(read_service_key(params['service_key_file']))
+        if self.check_mode and not os.path.lexists(params['service_key_file']):
+            service_key = None          # check mode of a first deploy: the api_key role would make it first
+        else:
+            service_key = self.secret(read_service_key(params['service_key_file']))
         keys_dir = params['keys_dir']
         rotate = set(params['rotate'])
         # every team's key file looked at before anything changes (one that cannot be kept stops the run here)
         found = dict((team['name'], self.look(os.path.join(keys_dir, team['name']), team['name'] in rotate))
                      for team in params['teams'])
+        self.refuse_shared_keys(service_key, found, rotate)
         if ensure_dir(keys_dir, self.check_mode):
             self.changed = True
-        hashes = {DEFAULT_TEAM: sha256(service_key)}
+        hashes = {DEFAULT_TEAM: sha256(service_key) if service_key else None}
         limits = {DEFAULT_TEAM: dict((limit, None) for limit in LIMITS)}
         teams = [dict(name=DEFAULT_TEAM, path=params['service_key_file'], created=False, rotated=False,
                       **limits[DEFAULT_TEAM])]
@@ -500,8 +520,10 @@ class TeamKeys:
             hashes[name] = None if key is None else sha256(key)
             limits[name] = dict((limit, team[limit]) for limit in LIMITS)
             teams.append(dict(name=name, path=path, created=created, rotated=rotated, **limits[name]))
-        revoked = self.revoke(set(hashes))
+        # the registry first: a team left out is refused by the gateway before its file goes (should the write fail,
+        # its key file is still there and the next run tries again)
         registry_changed = self.write_registry(hashes, limits)
+        revoked = self.revoke(set(hashes))
         return dict(changed=self.changed, teams=teams, revoked=revoked, registry=params['registry'],
                     registry_changed=registry_changed)
 

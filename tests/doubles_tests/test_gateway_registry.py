@@ -105,6 +105,17 @@ def test_usage_book_counts_per_day_and_team_and_writes_atomically(tmp_path):
     assert json.loads(path.read_text(encoding="utf-8"))["days"]["2026-12-04"]["team-a"]["requests"] == 2
 
 
+def test_an_unreadable_usage_file_is_set_aside_not_overwritten(tmp_path):
+    path = tmp_path / "usage.json"
+    path.write_text('{"days": {"2026-12-01": {"team-a": {"requests": 7', encoding="utf-8")     # cut short
+    book = glm_gateway.UsageBook(path, clock=lambda: 1796400000.0)
+    book.add("team-a", requests=1)
+    book.flush()
+    aside = tmp_path / "usage.json.unreadable-1796400000"
+    assert aside.read_text(encoding="utf-8").startswith('{"days": {"2026-12-01"')            # its history kept
+    assert json.loads(path.read_text(encoding="utf-8"))["days"]["2026-12-04"]["team-a"]["requests"] == 1
+
+
 def test_proxy_config_argv_and_environment_hold_no_secret(tmp_path):
     config = glm_gateway.proxy_config("glm-5.3-flash", "http://127.0.0.1:30001/v1", request_timeout=900)
     json.dumps(config)                                           # written as JSON by the launcher
@@ -124,8 +135,12 @@ def test_proxy_config_argv_and_environment_hold_no_secret(tmp_path):
     with pytest.raises(ValueError):
         glm_gateway.proxy_argv("p", "c", "h", 1, "cert.pem")
 
+    assert glm_gateway.proxy_argv("p", "c", "h", 1, metrics_port=29001)[-2:] == ["--prometheus_metrics_port", "29001"]
+    assert glm_gateway.proxy_config("m", "u", metrics=True)["litellm_settings"]["callbacks"][-1] == "prometheus"
+
     base = {"PATH": "/usr/bin", "LITELLM_LOG": "DEBUG", "DEBUG": "1", "DATABASE_URL": "postgresql://x", "PORT": "1",
-            "PYTHONPATH": "/elsewhere"}
+            "PYTHONPATH": "/elsewhere", "http_proxy": "http://proxy.site:3128", "HTTPS_PROXY": "http://proxy.site:3128",
+            "PROMETHEUS_MULTIPROC_DIR": "/tmp/shared"}
     env = glm_gateway.proxy_env(base, "upstream-secret", tmp_path / "keys.json", tmp_path / "usage.json")
     again = glm_gateway.proxy_env(base, "upstream-secret", tmp_path / "keys.json", tmp_path / "usage.json")
     assert env["GLM_UPSTREAM_KEY"] == "upstream-secret"
@@ -136,6 +151,11 @@ def test_proxy_config_argv_and_environment_hold_no_secret(tmp_path):
     assert env["LITELLM_LOG"] == "WARNING" and "DEBUG" not in env and "DATABASE_URL" not in env and "PORT" not in env
     assert env["PYTHONPATH"] == os.pathsep.join([os.path.dirname(glm_gateway.__file__), "/elsewhere"])
     assert env["PATH"] == "/usr/bin" and base["LITELLM_LOG"] == "DEBUG"       # the parent's dict is left alone
+    # a site's HTTP proxy would get the upstream key and the prompts: gone, and the loopback exempt
+    assert "http_proxy" not in env and "HTTPS_PROXY" not in env and env["NO_PROXY"] == "127.0.0.1,localhost"
+    assert "PROMETHEUS_MULTIPROC_DIR" not in env
+    mine = glm_gateway.proxy_env(base, "k", "r", "u", metrics_dir=tmp_path / "metrics")
+    assert mine["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / "metrics")
 
 
 @pytest.mark.parametrize("path, allowed", [

@@ -46,10 +46,12 @@ def registry(tmp_path, teams):
 
 def proxied(router, tmp_path, **kw):
     keys = registry(tmp_path, {"default": KEY, "team-a": TEAM_KEY})
+    metrics = free_port()
     extra = ["--proxy", "litellm", "--gateway-keys", str(keys), "--usage-file", str(tmp_path / "usage.json"),
-             "--gateway-config", str(tmp_path / "gateway-config.json")]
+             "--gateway-config", str(tmp_path / "gateway-config.json"), "--proxy-metrics-port", str(metrics)]
     started = time.monotonic()
     r = router(extra=extra, **kw)
+    r.proxy_metrics = "http://127.0.0.1:%d/metrics" % metrics
     wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 90)
     assert r.proc.poll() is None, r.log
     print("\nPROXY: the router job's endpoint written %.1f s after its start (LiteLLM's proxy answering)" % (time.monotonic() - started))
@@ -79,9 +81,15 @@ def cmdline(pid):
         return ""
 
 
-def test_the_proxy_takes_the_port_the_gateway_the_loopback_and_every_route_asks_a_key(servers, model_dir, router, tmp_path):
+def test_the_proxy_takes_the_port_the_gateway_the_loopback_and_every_route_asks_a_key(servers, model_dir, router, tmp_path,
+                                                                                      monkeypatch):
     one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5") for _server in range(2)]
+    # a site's HTTP proxy in the job's environment (a login node's): neither the proxy nor the gateway may send the
+    # key through it (port 9: nothing listens; a request sent there fails)
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
     r = proxied(router, tmp_path)
+    monkeypatch.undo()
     assert r.endpoint.read_text(encoding="utf-8") == "GLM_BASE_URL=http://127.0.0.1:%d/v1\nGLM_MODEL=glm-5.3-flash\n" % r.port
     behind = re.search(r"starting SGLang Model Gateway on 127\.0\.0\.1:(\d+)", r.log)
     assert behind and int(behind.group(1)) != r.port, r.log
@@ -113,6 +121,11 @@ def test_the_proxy_takes_the_port_the_gateway_the_loopback_and_every_route_asks_
     assert today["default"]["requests"] == 4 and today["team-a"]["requests"] == 1, days
     assert today["team-a"]["prompt_tokens"] > 0 and today["team-a"]["completion_tokens"] > 0, days
     assert os.stat(tmp_path / "usage.json").st_mode & 0o777 == 0o600
+    # the same per team in the proxy's Prometheus metrics (its own port, no key; LiteLLM's prometheus callback)
+    text = urllib.request.urlopen(r.proxy_metrics, timeout=10).read().decode()
+    per_team = {team: float(n) for team, n in re.findall(r'^litellm_requests_metric_total\{[^}]*\bteam="([^"]+)"[^}]*\} (\S+)', text, re.M)}
+    assert per_team == {"default": 4.0, "team-a": 1.0}, per_team
+    assert KEY not in text and TEAM_KEY not in text and hashlib.sha256(TEAM_KEY.encode()).hexdigest() not in text
 
     # the key: in no command line of the job's processes, in no file but its own, not in the log
     pids = [r.proc.pid] + children(r.proc.pid)

@@ -87,8 +87,8 @@ def chown_login(path):
     os.chown(path, uid, gid)
 
 
-#: The role's router_package and router_proxy_package (LiteLLM's proxy in front, router_proxy=litellm, the default)
-ROUTER_PACKAGES = ('smg==1.13.0', 'litellm[proxy]==1.108.7')
+#: The role's router_package and router_proxy_packages (LiteLLM's proxy in front, router_proxy=litellm, the default)
+ROUTER_PACKAGES = ('smg==1.13.0', 'litellm[proxy]==1.108.7', 'prometheus-client==0.26.0')
 ROUTER_WHEELS = 'glm-it-wheels'
 
 
@@ -98,7 +98,8 @@ def router_wheels():
     --find-links); the folder."""
     folder = os.path.join(login_home(), ROUTER_WHEELS)
     version = ssh('python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])"').strip()
-    wanted = [re.sub(r'\[.*\]', '', p).replace('==', '-') + '-' for p in ROUTER_PACKAGES]
+    # a wheel's file name spells a project's "-" as "_" (prometheus_client-0.26.0-py3-none-any.whl)
+    wanted = [re.sub(r'\[.*\]', '', p).replace('-', '_').replace('==', '-') + '-' for p in ROUTER_PACKAGES]
     have = os.listdir(folder) if os.path.isdir(folder) else []
     if not all(any(n.startswith(w) for n in have) for w in wanted) or '.python-' + version not in have:
         shutil.rmtree(folder, ignore_errors=True)

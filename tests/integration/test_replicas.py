@@ -341,11 +341,13 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
 
     # team-a out of the list: its key refused at once (the proxy reads the registry again), its file removed
     revoke = dict(tls, glm_api_keys=[{'name': 'team-b', 'max_parallel': 4}])
+    ssh('cp ~/%s/keys/team-a ~/%s/team-a.copy' % (WORK, WORK))         # what team-a's client holds
     started = time.monotonic()
     proc = run_playbook('deploy.yml', revoke, env['tmp'], timeout=600)
     assert proc.returncode == 0 and 'revoked now: team-a' in flat(proc.stdout), proc.stdout[-3000:]
     assert not os.path.exists(os.path.join(keys_dir, 'team-a')) and jobs() == before
     ssh('cp ~/%s/keys/team-b ~/%s/team-b.copy' % (WORK, WORK))
+    assert chats_with('~/%s/team-a.copy' % WORK, 1, cert) == [401]        # refused right after the deploy
     assert chats_with('~/%s/team-b.copy' % WORK, 1, cert) == [200]
     print('\nREPLICAS: team-a revoked by a deploy of %.0f s, no job restarted' % (time.monotonic() - started))
 
@@ -364,6 +366,11 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
         doc = json.load(handle)
     assert doc['teams']['team-a']['requests'] == 3 and doc['teams']['team-a']['limited'] == 1, doc
     assert doc['teams']['team-b']['requests'] == 4 and doc['teams']['team-b']['prompt_tokens'] > 0, doc
+    # and in the proxy's Prometheus metrics (router_proxy_metrics_port on the router's node, no key), per team
+    node = jobs_node(ROUTER)
+    text = ssh('python3 -c "import urllib.request;print(urllib.request.urlopen(\'http://%s:29001/metrics\').read().decode())"' % node)
+    per_team = {team: float(n) for team, n in re.findall(r'^litellm_requests_metric_total\{[^}]*\bteam="([^"]+)"[^}]*\} (\S+)', text, re.M)}
+    assert per_team.get('team-b') == 4.0 and per_team.get('team-a') == 2.0, per_team     # (429s are failures there)
     # fetch_key hands out a team's key; a team that is not in the list is refused, naming the teams there are
     laptop = os.path.join(env['tmp'], 'laptop-b')
     os.makedirs(laptop, exist_ok=True)

@@ -88,6 +88,7 @@ def test_the_job_and_its_launcher(rendered):
     assert ours[ours.index("--gateway-keys") + 1].endswith("/default/gateway-keys.json")
     assert ours[ours.index("--usage-file") + 1].endswith("/default/usage.json")
     assert ours[ours.index("--gateway-config") + 1].endswith("/default/gateway-config.json")
+    assert ours[ours.index("--proxy-metrics-port") + 1] == "29001"
     assert "--proxy" not in command(rendered["custom"])                   # router_proxy=none: the gateway alone
     assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
 
@@ -122,7 +123,8 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_policy": "fastest"}, "router_policy", "cache_aware"),
     ({"router_policy": "power_of_two"}, "router_policy", "cache_aware, round_robin, random"),
     ({"router_port": 80}, "router_port", "1024 to 65535"),
-    ({"router_port": 29000}, "router_metrics_port", "two different ports"),
+    ({"router_port": 29000}, "router_metrics_port", "three different ports"),
+    ({"router_proxy_metrics_port": 29000}, "router_proxy_metrics_port", "three different ports"),
     ({"router_extra_args": ["--api-key", "x"]}, "router_extra_args", "glm_api_key_file"),
     ({"router_time": "8h"}, "router_time", "Slurm time limit"),
     ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),

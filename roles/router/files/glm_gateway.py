@@ -84,7 +84,12 @@ LIMITS = ('rpm', 'tpm', 'max_parallel')
 #: requests with their headers), its CLI's ($HOST, $PORT, $DEBUG, ...), a database (virtual keys: not used)
 _DROPPED_ENV = ('HOST', 'PORT', 'NUM_WORKERS', 'DEBUG', 'DETAILED_DEBUG', 'SSL_KEYFILE_PATH', 'SSL_CERTFILE_PATH',
                 'DATABASE_URL', 'DIRECT_URL', 'STORE_MODEL_IN_DB', 'CUSTOM_TIKTOKEN_CACHE_DIR', 'DOCS_URL', 'REDOC_URL',
-                'OPENAPI_URL', 'ROOT_REDIRECT_URL', 'REDIS_HOST', 'REDIS_URL', 'REDIS_PORT', 'REDIS_PASSWORD')
+                'OPENAPI_URL', 'ROOT_REDIRECT_URL', 'REDIS_HOST', 'REDIS_URL', 'REDIS_PORT', 'REDIS_PASSWORD',
+                'PROMETHEUS_MULTIPROC_DIR', 'prometheus_multiproc_dir', 'PROMETHEUS_METRICS_PORT')
+#: a site's HTTP proxy (the login node's environment, which the job inherits): LiteLLM's aiohttp transport honours it
+#: (llms/custom_httpx/aiohttp_transport.py L494-520), and nothing exempts 127.0.0.1, so the upstream key and every
+#: prompt would go to that proxy in clear text. The proxy calls smg on the loopback only: none of them applies.
+PROXY_ENV = ('http_proxy', 'https_proxy', 'all_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'no_proxy', 'NO_PROXY')
 _HEX64 = re.compile(r'^[0-9a-f]{64}$')
 
 
@@ -107,10 +112,12 @@ def route_allowed(path):
     return path in ALLOWED_ROUTES or any(path.startswith(p) and len(path) > len(p) for p in ALLOWED_PREFIXES)
 
 
-def proxy_config(model, upstream_base_url, request_timeout=600):
+def proxy_config(model, upstream_base_url, request_timeout=600, metrics=False):
     """LiteLLM's config (a dict; written as JSON) for MODEL, the served model name clients send, served by the
-    OpenAI-compatible API at UPSTREAM_BASE_URL (``http://127.0.0.1:PORT/v1``: smg)."""
-    return {
+    OpenAI-compatible API at UPSTREAM_BASE_URL (``http://127.0.0.1:PORT/v1``: smg). METRICS: also LiteLLM's
+    ``prometheus`` callback (integrations/prometheus.py: requests, tokens and failures per key alias and team, served
+    on proxy_argv's metrics port)."""
+    config = {
         'model_list': [{
             'model_name': model,
             'litellm_params': {
@@ -142,13 +149,20 @@ def proxy_config(model, upstream_base_url, request_timeout=600):
             'disable_adding_master_key_hash_to_db': True,
         },
     }
+    if metrics:
+        config['litellm_settings']['callbacks'].append('prometheus')
+    return config
 
 
-def proxy_argv(python, config_path, host, port, tls_cert=None, tls_key=None):
+def proxy_argv(python, config_path, host, port, tls_cert=None, tls_key=None, metrics_port=None):
     """The command that starts the proxy: this file run by PYTHON (main(): LiteLLM's CLI), one worker (the limits are
-    counted in its memory); HTTPS with both TLS_CERT and TLS_KEY. Nothing secret on it."""
+    counted in its memory); HTTPS with both TLS_CERT and TLS_KEY; METRICS_PORT: Prometheus /metrics on HOST:METRICS_PORT
+    from a process of its own, without a key (proxy_cli.py L1073-1085: ``--prometheus_metrics_port``; the main port's
+    /metrics asks for a key). Nothing secret on it."""
     argv = [python, os.path.abspath(__file__), '--config', str(config_path), '--host', str(host), '--port', str(port),
             '--num_workers', '1']
+    if metrics_port:
+        argv += ['--prometheus_metrics_port', str(metrics_port)]
     if tls_cert or tls_key:
         if not (tls_cert and tls_key):
             raise ValueError('HTTPS needs both a certificate and its key')
@@ -156,11 +170,11 @@ def proxy_argv(python, config_path, host, port, tls_cert=None, tls_key=None):
     return argv
 
 
-def proxy_env(base_env, upstream_key, registry_path, usage_path):
+def proxy_env(base_env, upstream_key, registry_path, usage_path, metrics_dir=None):
     """The proxy's environment: BASE_ENV without what would make LiteLLM log more, listen elsewhere or use a
     database, plus the keys (the master key made now, random), the paths, offline settings and this folder on
     PYTHONPATH (glm_gateway_hooks imports this module)."""
-    env = {k: v for k, v in base_env.items() if not k.startswith('LITELLM_') and k not in _DROPPED_ENV}
+    env = {k: v for k, v in base_env.items() if not k.startswith('LITELLM_') and k not in _DROPPED_ENV + PROXY_ENV}
     here = os.path.dirname(os.path.abspath(__file__))
     env.update({
         ENV_UPSTREAM_KEY: upstream_key,
@@ -179,7 +193,14 @@ def proxy_env(base_env, upstream_key, registry_path, usage_path):
         'DISABLE_ADMIN_UI': 'True',
         'HF_HUB_OFFLINE': '1',
         'TRANSFORMERS_OFFLINE': '1',
+        'NO_PROXY': '127.0.0.1,localhost',
+        'no_proxy': '127.0.0.1,localhost',
+        'DISABLE_AIOHTTP_TRUST_ENV': 'True',
     })
+    if metrics_dir:
+        # the metrics' samples, shared by the proxy and its metrics process: a private folder (LiteLLM's default is
+        # one fixed folder under /tmp, which it wipes at start: another user's proxy on the node would share it)
+        env['PROMETHEUS_MULTIPROC_DIR'] = str(metrics_dir)
     return env
 
 
@@ -292,11 +313,11 @@ class UsageBook:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as error:
-            log('usage file %s: cannot read it (%s); counting from zero' % (self.path, getattr(error, 'strerror', None) or error))
+            self._set_aside('cannot read it (%s)' % (getattr(error, 'strerror', None) or error))
             return {}
         days = data.get('days') if isinstance(data, dict) else None
         if not isinstance(days, dict):
-            log('usage file %s: no "days" in it; counting from zero' % self.path)
+            self._set_aside('no "days" in it')
             return {}
         clean = {}
         for day, teams in days.items():
@@ -307,6 +328,16 @@ class UsageBook:
                     clean.setdefault(day, {})[team] = {
                         name: counts.get(name) if isinstance(counts.get(name), int) else 0 for name in COUNTERS}
         return clean
+
+    def _set_aside(self, why):
+        """A usage file that cannot be read is renamed (PATH.unreadable-TIME), not overwritten: its history stays for a
+        person to look at; counting starts again in a new file."""
+        aside = '%s.unreadable-%d' % (self.path, int(self._clock()))
+        try:
+            os.rename(self.path, aside)
+            log('usage file %s: %s; kept as %s, counting from zero' % (self.path, why, aside))
+        except OSError as error:
+            log('usage file %s: %s, and it cannot be set aside (%s); counting from zero' % (self.path, why, error))
 
     def add(self, team, **counts):
         """Add COUNTS (names from COUNTERS) to TEAM's counters of today (UTC)."""

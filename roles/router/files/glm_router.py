@@ -49,15 +49,18 @@ Standard library only, besides smg (or sglang_router) in the child.
 """
 
 import argparse
+import atexit
 import http.client as http_client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 
@@ -297,6 +300,8 @@ def parse_options(argv):
     parser.add_argument('--gateway-keys', default=None, help="the proxy's registry of key hashes and limits (JSON)")
     parser.add_argument('--usage-file', default=None, help='where the proxy counts the usage per team and day (JSON)')
     parser.add_argument('--gateway-config', default=None, help="where the proxy's config is written (no secret in it)")
+    parser.add_argument('--proxy-metrics-port', type=int, default=None,
+                        help="the proxy's Prometheus /metrics (requests and tokens per team), on the router's address")
     opts = parser.parse_args(ours)
     if opts.proxy == 'litellm' and not (opts.gateway_keys and opts.usage_file and opts.gateway_config):
         parser.error('--proxy litellm needs --gateway-keys, --usage-file and --gateway-config')
@@ -343,6 +348,10 @@ def start_router(router_argv, key, replicas_dir, proxied=False):
     sys.stderr.flush()
     child = os.fork()
     if child == 0:
+        # the signals as a process starts with them (not the parent's forwarding, installed before the fork): the
+        # gateway handles SIGTERM and SIGINT itself
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             launch_router(args)
             os._exit(0)  # pylint: disable=protected-access
@@ -357,11 +366,18 @@ def start_proxy(opts, key, upstream, public):
     secret, it names the variables) is written to --gateway-config; the key is in its environment only."""
     import glm_gateway  # pylint: disable=import-error,import-outside-toplevel  # beside this file (the role copies both)
     host, port, tls_cert, tls_key = public
-    write_atomic(opts.gateway_config, json.dumps(glm_gateway.proxy_config(opts.model, upstream + '/v1'), indent=1) + '\n')
-    env = glm_gateway.proxy_env(os.environ, key, opts.gateway_keys, opts.usage_file)
-    argv = glm_gateway.proxy_argv(sys.executable, opts.gateway_config, host, port, tls_cert, tls_key)
-    log("starting LiteLLM's proxy on %s:%d%s, keys from %s, in front of the gateway at %s" % (
-        host, port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', opts.gateway_keys, upstream))
+    metrics = opts.proxy_metrics_port
+    write_atomic(opts.gateway_config, json.dumps(glm_gateway.proxy_config(opts.model, upstream + '/v1', metrics=bool(metrics)),
+                                                 indent=1) + '\n')
+    # the metrics' samples: a private folder of this job (mkdtemp: 0700), removed when the job ends
+    metrics_dir = tempfile.mkdtemp(prefix='glm-gateway-metrics-') if metrics else None
+    if metrics_dir:
+        atexit.register(shutil.rmtree, metrics_dir, True)
+    env = glm_gateway.proxy_env(os.environ, key, opts.gateway_keys, opts.usage_file, metrics_dir)
+    argv = glm_gateway.proxy_argv(sys.executable, opts.gateway_config, host, port, tls_cert, tls_key, metrics)
+    log("starting LiteLLM's proxy on %s:%d%s, keys from %s, in front of the gateway at %s%s" % (
+        host, port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert else '', opts.gateway_keys, upstream,
+        ', metrics on port %d' % metrics if metrics else ''))
     sys.stdout.flush()
     sys.stderr.flush()
     proc = subprocess.Popen(argv, env=env, cwd=os.path.dirname(os.path.abspath(opts.gateway_config)))  # pylint: disable=consider-using-with
@@ -370,7 +386,8 @@ def start_proxy(opts, key, upstream, public):
 
 
 def forward_signals(children):
-    """SIGTERM and SIGINT passed on to the CHILDREN (pids); the list returned gets each signal that came."""
+    """SIGTERM and SIGINT passed on to the CHILDREN (pids, a list the caller adds to as they start); the list
+    returned gets each signal that came."""
     stopping = []
 
     def forward(signum, _frame):
@@ -428,17 +445,39 @@ def sync_round(sync):
         log('keeping the replicas in step failed this round (%s: %s); trying again' % (type(error).__name__, error))
 
 
+#: a site's HTTP proxy, from the login node's environment: the gateway (reqwest) would send its calls to the replicas,
+#: the key in them, through it; this job talks to the cluster's own nodes and its loopback only
+PROXY_ENV = ('http_proxy', 'https_proxy', 'all_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY')
+
+
+def start_children(opts, router_argv, key, children, stopping):
+    """The gateway, and the proxy in front of it (--proxy litellm), their pids added to CHILDREN as they start; a
+    signal that came before (in STOPPING) passed on to them. (gateway pid, its URL, certificate, pin, the proxy's
+    Popen or None, the URL the endpoint's readiness is asked at)."""
+    proxied = opts.proxy == 'litellm'
+    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied)
+    children.append(child)
+    proxy, front = (None, base)
+    if proxied and not stopping:
+        proxy, front = start_proxy(opts, key, base, public)
+        children.append(proxy.pid)
+    for signum in stopping[:1]:                 # it came before a child was there to get it
+        for pid in children:
+            os.kill(pid, signum)
+    return child, base, tls_cert, pin, proxy, front
+
+
 def main(argv=None):
     opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
+    for name in PROXY_ENV:
+        os.environ.pop(name, None)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
     proxied = opts.proxy == 'litellm'
-    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied)
-    proxy, front = (None, base)
-    if proxied:
-        proxy, front = start_proxy(opts, key, base, public)
-    children = [child] + ([proxy.pid] if proxy else [])
+    # the handlers first: a scancel while the children start is passed on to those started (the list grows)
+    children = []
     stopping = forward_signals(children)
+    child, base, tls_cert, pin, proxy, front = start_children(opts, router_argv, key, children, stopping)
     # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy, or its own port
     sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, None if proxied else pin)
     live, said = False, None

@@ -356,3 +356,50 @@ def test_argument_spec_matches_the_docs():
     for name, option in spec.items():
         assert doc[name]['type'] == option['type'] and doc[name].get('default') == option.get('default'), name
     assert sorted(doc['teams']['suboptions']) == sorted(spec['teams']['options'])
+
+
+def test_check_mode_of_a_first_deploy_without_the_service_key_yet(run_module, paths, tmp_path):
+    """deploy --check from nothing: the api_key role would make the service key first; here it is missing."""
+    os.unlink(paths['service_key_file'])
+    before = snapshot(tmp_path)
+    result = run(run_module, paths, TEAMS, check_mode=True)
+    assert not result['failed'], result
+    assert result['changed'] and result['registry_changed']
+    assert snapshot(tmp_path) == before
+    refused = run(run_module, paths, TEAMS)                       # not in check mode: the key must be there
+    assert refused['failed'] and 'does not exist' in refused['msg']
+
+
+@pytest.mark.parametrize('copied_from', ['service', 'team'])
+def test_two_teams_with_one_key_are_refused_before_anything_changes(run_module, paths, tmp_path, copied_from):
+    """The gateway refuses a registry where two teams share a hash (every key with it): the module refuses first."""
+    assert not run(run_module, paths, TEAMS)['failed']
+    source = paths['service_key_file'] if copied_from == 'service' else os.path.join(paths['keys_dir'], 'search')
+    with open(source) as handle, open(os.path.join(paths['keys_dir'], 'research'), 'w') as out:
+        out.write(handle.read())
+    before = snapshot(tmp_path)
+    result = run(run_module, paths, TEAMS + [dict(name='newcomer')])
+    assert result['failed'] and 'hold the same key' in result['msg'] and 'rotate' in result['msg'], result
+    assert ('default and research' if copied_from == 'service' else 'research and search') in result['msg']
+    assert snapshot(tmp_path) == before                           # no key made for newcomer, nothing written
+    assert SERVICE_KEY not in json.dumps(result)
+    fixed = run(run_module, paths, TEAMS, rotate=['research'])    # rotating one of them is the way out
+    assert not fixed['failed'] and len(set(t['sha256'] for t in registry(paths)['teams'].values())) == 3
+
+
+def test_the_registry_is_written_before_a_revoked_key_file_goes(run_module, paths, monkeypatch):
+    """Revocation: the registry without the team first; a registry that cannot be written leaves the key file (the
+    next run revokes it), never a file gone while the gateway still accepts its key."""
+    assert not run(run_module, paths, TEAMS)['failed']
+    gone = os.path.join(paths['keys_dir'], 'research')
+
+    def broken(*_args):
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(team_keys.os, 'replace', broken)
+    result = run(run_module, paths, TEAMS[:1])
+    assert result['failed'] and os.path.exists(gone)
+    assert 'research' in registry(paths)['teams']
+    monkeypatch.undo()
+    result = run(run_module, paths, TEAMS[:1])
+    assert not result['failed'] and result['revoked'] == ['research'] and not os.path.exists(gone)
+    assert 'research' not in registry(paths)['teams']
