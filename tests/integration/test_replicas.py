@@ -313,11 +313,12 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
     the test before): each team's key made on the cluster (0600, not printed), a team over its rpm gets 429 while
     another does not, /v1/models asks for a key, a team taken out of the list is refused at once, and status and
     glm.serve.usage count each team's requests; no job is submitted or restarted for any of it."""
+    secrets_seen = {}
     cert = os.path.join(login_home(), WORK, 'tls', 'router.pem')
     tls = variables(router_tls_cert='~/%s/tls/router.pem' % WORK, router_tls_key='~/%s/tls/router-key.pem' % WORK)
     teams = dict(tls, glm_api_keys=[{'name': 'team-a', 'rpm': 2}, {'name': 'team-b', 'max_parallel': 4}])
     before = jobs()
-    proc = run_playbook('deploy.yml', teams, env['tmp'], timeout=600)
+    proc = run_playbook('deploy.yml', teams, env['tmp'], timeout=600, verbosity=3)      # the key audit: at -vvv
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert jobs() == before                                            # no job submitted, none restarted
     out = flat(proc.stdout)
@@ -326,8 +327,9 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
     for team in ('team-a', 'team-b'):
         mode = os.stat(os.path.join(keys_dir, team)).st_mode & 0o777
         secret = ssh('cat ~/%s/keys/%s' % (WORK, team)).strip()
-        assert mode == 0o600 and len(secret) == 48 and secret not in proc.stdout
+        assert mode == 0o600 and len(secret) == 48 and secret not in proc.stdout + proc.stderr
         assert cmdlines_holding(secret) == []
+        secrets_seen[team] = secret
     a, b = '~/%s/keys/team-a' % WORK, '~/%s/keys/team-b' % WORK
     assert models_status(cafile=cert) == 401                            # every route asks for a key through the proxy
     assert models_status('~/%s/api-key' % WORK, cafile=cert) == 200
@@ -380,6 +382,13 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
         assert handle.read().strip() == ssh('cat ~/%s/keys/team-b' % WORK).strip()
     wrong = run_playbook('fetch_key.yml', dict(revoke, glm_key_team='team-a', glm_key_dest=os.path.join(laptop, 'a')), env['tmp'])
     assert wrong.returncode != 0 and 'glm_key_team="team-a" is not a team of glm_api_keys (default, team-b)' in flat(wrong.stdout)
+    # the audit, after all of it: each team's key is in its own file (0600) and nowhere else in the work dir (the
+    # router job's log with LiteLLM's and smg's output, the registry, the usage file, the proxy's config, the scripts)
+    copies = ('team-a.copy', 'team-b.copy')
+    for team, secret in secrets_seen.items():
+        hits = files_holding(os.path.join(login_home(), WORK), secret, skip=lambda path: path.endswith(copies))
+        assert hits == ([(os.path.join(keys_dir, team), 0o600)] if team == 'team-b' else []), (team, hits)
+        assert cmdlines_holding(secret) == []
 
 
 def chats_with(key_file, count, cafile):

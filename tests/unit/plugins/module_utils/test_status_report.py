@@ -53,3 +53,14 @@ def test_the_tunnel_line_says_https_when_the_endpoint_file_names_a_certificate()
     assert status_report.tunnel_line(tls, settings) == (
         'from your machine: ssh -L 30000:127.0.0.1:40000 login, then https://localhost:30000/v1 while it runs'
         ' (trusting the router certificate /home/u/router.pem)')
+
+
+def test_the_router_line_says_when_no_healthy_replica_is_behind_a_router_that_answers():
+    """With the proxy in front (router_proxy=litellm), /v1/models lists the model with no replica behind it."""
+    job = {'job_id': '7', 'state': 'RUNNING', 'nodes': 'node3', 'probe': {'status': 'ready'}}
+    healthy = {'url': 'http://node1:30000', 'replica': 'glm-serve', 'healthy': True}
+    assert status_report.router_lines({'job': job, 'workers': [healthy]}, [], 'round_robin')[0] == (
+        'router: job 7 RUNNING on node3, policy round_robin, /v1/models ready')
+    for workers in ([], [dict(healthy, healthy=False)], [dict(healthy, draining=True)]):
+        assert status_report.router_lines({'job': job, 'workers': workers}, [], 'round_robin')[0] == (
+            'router: job 7 RUNNING on node3, policy round_robin, /v1/models ready, but no healthy replica behind it')

@@ -2,7 +2,8 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The usage per team that the router's proxy counts, summed over days (module_utils/usage.py), and the filter."""
+"""The usage per team that the router's proxy counts, summed over days (module_utils/usage.py); the filter:
+tests/unit/plugins/filter/test_usage_report_filter.py."""
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -12,8 +13,6 @@ import json
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.glm.serve.plugins.filter.usage_report import usage_report
 from ansible_collections.glm.serve.plugins.module_utils import usage
 
 
@@ -58,16 +57,6 @@ def test_read_usage_tolerates_no_file_and_a_broken_one(tmp_path):
     assert usage.read_usage(str(tmp_path / 'good.json'))['days']['2026-12-04']['team-b']['requests'] == 7
 
 
-def test_report_and_the_filter():
-    got = usage_report(DOC, '2026-12-01', '2026-12-04')
-    assert got['days'] == ['2026-12-01', '2026-12-04']
-    assert got['total'] == counts(11, 2, 4, 109, 53)
-    assert got['lines'][0] == 'usage 2026-12-01 to 2026-12-04 (UTC days, 2 with requests): 3 teams'
-    assert got['lines'][-1].startswith('  all teams: 11 requests (2 errors, 4 refused by its limits)')
-    assert usage_report({}, '', '')['lines'] == ['usage - to - (UTC days, 0 with requests): no request']
-    with pytest.raises(AnsibleFilterError, match='usage_from=12/01/2026 is not a day: write it as YYYY-MM-DD'):
-        usage_report(DOC, '12/01/2026')
-    with pytest.raises(AnsibleFilterError, match='after usage_to'):
-        usage_report(DOC, '2026-12-05', '2026-12-01')
-    with pytest.raises(AnsibleFilterError, match='expects the usage file as a dict'):
-        usage_report('text')
+def test_report_refuses_a_day_that_is_not_one():
+    with pytest.raises(ValueError, match='usage_from=12/01/2026 is not a day'):
+        usage.report(DOC, '12/01/2026')
