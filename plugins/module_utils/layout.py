@@ -134,9 +134,6 @@ class Layout(object):
     def keys_dir(self):
         return self.path(KEYS_DIR)
 
-    def team_key_file(self, team):
-        return os.path.join(self.keys_dir, team)
-
     @property
     def gateway_keys_file(self):
         return self.path(GATEWAY_KEYS)

@@ -30,7 +30,6 @@ client holds one).
 from __future__ import absolute_import, division, print_function
 
 import argparse
-import hashlib
 import http.client
 import json
 import os
@@ -46,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, 'tests', 'doubles_tests'))
 
-from router_helpers import make_certificate  # noqa: E402  pylint: disable=wrong-import-position
+from router_helpers import make_certificate, team, write_registry  # noqa: E402  pylint: disable=wrong-import-position
 from standin_helpers import SEED_MODEL, Server, free_port, run_hf, wait_for
 from standin_helpers import http as request  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -104,9 +103,7 @@ def main():
                                                                     if opts.tls]
     runs += [(label + '+proxy', python, False) for label, python in routers if opts.proxy]
     registry = tmp / 'gateway-keys.json'
-    registry.write_text(json.dumps({'version': 1, 'teams': {'default': {
-        'sha256': hashlib.sha256(KEY.encode()).hexdigest(), 'rpm': None, 'tpm': None, 'max_parallel': None}}}))
-    os.chmod(registry, 0o600)
+    write_registry(registry, {'default': team(KEY)})
     for label, python, tls in runs:
         folder = tmp / ('replicas-' + label)
         folder.mkdir()

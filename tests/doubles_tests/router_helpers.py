@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers for the tests that run the router job's launcher (roles/router/files/glm_router.py) with the REAL router
 (smg in .venv-router, or GLM_ROUTER_PYTHON) in front of SGLang stand-ins: the launcher in a subprocess
-(Router) and a chat request through it."""
+(Router), a chat request through it, and the key registry of the proxy in front (write_registry, team)."""
 
+import hashlib
 import json
 import os
 import re
@@ -72,6 +73,21 @@ class Router:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def write_registry(path, teams, version=1):
+    """The proxy's key registry as glm.serve.team_keys writes it: atomically (a temporary file renamed over it), mode
+    0600; TEAMS: {name: team(...)}."""
+    temp = "%s.tmp" % path
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump({"version": version, "teams": teams}, handle)
+    os.chmod(temp, 0o600)
+    os.replace(temp, path)
+
+
+def team(key, rpm=None, tpm=None, max_parallel=None):
+    """A team's entry in the registry: its key's SHA-256 (hex) and its limits (None: none)."""
+    return {"sha256": hashlib.sha256(key.encode("utf-8")).hexdigest(), "rpm": rpm, "tpm": tpm, "max_parallel": max_parallel}
 
 
 def chat(url, key=KEY):

@@ -30,9 +30,8 @@ import urllib.request
 
 import pytest
 
-from router_helpers import ROUTER_PYTHON, make_certificate
+from router_helpers import ROUTER_PYTHON, make_certificate, team, write_registry
 from standin_helpers import KEY, REPO, Server, free_port, seed_args, wait_for
-from test_gateway_registry import team, write_registry
 
 sys.path.insert(0, os.path.join(REPO, "roles", "router", "files"))
 import glm_gateway  # noqa: E402  pylint: disable=wrong-import-position,import-error

@@ -15,23 +15,11 @@ import time
 
 import pytest
 
+from router_helpers import team, write_registry
 from standin_helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "roles", "router", "files"))
 import glm_gateway  # noqa: E402  pylint: disable=wrong-import-position,import-error
-
-
-def write_registry(path, teams, version=1):
-    """The registry as the deploy writes it: atomically (a temporary file renamed over it), mode 0600."""
-    temp = "%s.tmp" % path
-    with open(temp, "w", encoding="utf-8") as handle:
-        json.dump({"version": version, "teams": teams}, handle)
-    os.chmod(temp, 0o600)
-    os.replace(temp, path)
-
-
-def team(key, rpm=None, tpm=None, max_parallel=None):
-    return {"sha256": glm_gateway.key_hash(key), "rpm": rpm, "tpm": tpm, "max_parallel": max_parallel}
 
 
 def test_registry_looks_up_the_hash_and_follows_the_file(tmp_path, capsys):

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from router_helpers import ROUTER_PYTHON, chat, make_certificate
+from router_helpers import ROUTER_PYTHON, chat, make_certificate, team, write_registry
 from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
 TEAM_KEY = "b" * 48
@@ -32,20 +32,9 @@ pytestmark = pytest.mark.skipif(
     reason="no router venv with LiteLLM's proxy: make .venv-router/.installed (make pytest makes it)")
 
 
-def registry(tmp_path, teams):
-    """The registry glm.serve.team_keys writes: {team: key} -> hashes and limits (no key)."""
-    path = tmp_path / "gateway-keys.json"
-    doc = {"version": 1, "teams": {name: {"sha256": hashlib.sha256(key.encode()).hexdigest(), "rpm": None, "tpm": None,
-                                          "max_parallel": None} for name, key in teams.items()}}
-    tmp = tmp_path / "gateway-keys.json.tmp"
-    tmp.write_text(json.dumps(doc), encoding="utf-8")
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-    return path
-
-
 def proxied(router, tmp_path, **kw):
-    keys = registry(tmp_path, {"default": KEY, "team-a": TEAM_KEY})
+    keys = tmp_path / "gateway-keys.json"
+    write_registry(keys, {"default": team(KEY), "team-a": team(TEAM_KEY)})
     metrics = free_port()
     extra = ["--proxy", "litellm", "--gateway-keys", str(keys), "--usage-file", str(tmp_path / "usage.json"),
              "--gateway-config", str(tmp_path / "gateway-config.json"), "--proxy-metrics-port", str(metrics)]
