@@ -56,3 +56,33 @@ def test_a_pid_file_naming_another_daemon_of_the_cluster_is_stale():
     assert 'running' in _line(out, 'munged'), out
     rc, out = _status()
     assert rc == 0, out
+
+
+def _slurm(*argv):
+    return subprocess.run(target.slurm_argv(list(argv)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, check=False, stdin=subprocess.DEVNULL, env=target.slurm_env())
+
+
+def test_a_cold_start_cancels_the_jobs_left_from_before():
+    """A machine (or a root's namespaces) gone down without ``stop`` leaves slurmctld's state files listing its jobs
+    RUNNING on nodes whose processes are gone: CI once started from such a state, and a replica of molecule's waited
+    180 s, twice, behind a download job of a test run that a session's end had cut off. ``start`` with no slurmd alive
+    cancels them. Here: a job on node1, slurmctld stopped (its state saved), every slurmd and the job's steps killed."""
+    require_cluster()
+    proc = _slurm('sbatch', '--parsable', '-J', 'cold-start-left', '-p', 'compute-h100', '-w', 'node1', '-t', '5',
+                  '--wrap', 'sleep 300')
+    assert proc.returncode == 0, proc.stdout
+    job = proc.stdout.strip().split(';')[0]
+    run = '/var/lib/glm-cluster/run' if target.IN_ROOT else RUN
+    down = ('kill -TERM "$(cat {run}/slurmctld.pid)"; for f in {run}/slurmd-*.pid; do kill -KILL "$(cat "$f")"; done; '
+            'pkill -KILL -f "slurmstepd: \\[{job}[].]"; sleep 1').format(run=run, job=job)
+    try:
+        assert _slurm('sh', '-c', down).returncode == 0
+        start = subprocess.run(['bash', target.CLUSTER, 'start'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True, check=False, stdin=subprocess.DEVNULL,
+                               env=dict(os.environ, GLM_CLUSTER_RELEASE=target.RELEASE))
+        assert start.returncode == 0, start.stdout
+        assert 'cancelling jobs left from before the cluster went down: ' + job in start.stdout, start.stdout
+        assert job not in _slurm('squeue', '-h', '-o', '%i').stdout.split()
+    finally:
+        _slurm('scancel', job)

@@ -52,4 +52,13 @@ for i in "${!NAMES[@]}"; do
 done
 printf '  %-24s %-4s %5d s (%d min %d s)\n' total "$([ "$rc" -eq 0 ] && echo ok || echo FAIL)" \
   "$((SECONDS - start))" "$(((SECONDS - start) / 60))" "$(((SECONDS - start) % 60))"
+# CI shows only the end of what a run printed: a failed stage that keeps a log of its own (tests/output/STAGE.log:
+# molecule's) gets the lines saying what failed repeated here, last (a CI run of molecule once showed only its recap).
+failed=${NAMES[${#NAMES[@]}-1]:-}
+failed=${failed% (background)}
+if [ "$rc" -ne 0 ] && [ -f "tests/output/$failed.log" ]; then
+  printf '\nmake test: what failed in stage %s (the matching lines of tests/output/%s.log)\n' "$failed" "$failed"
+  sed 's/\x1b\[[0-9;]*m//g' "tests/output/$failed.log" |
+    grep -a -E '(FAILED|[^_]ERROR|Error:|fatal:|failed: \[|Assertion|^[ │]*E  )' | grep -v RETRYING | tail -n 40
+fi
 exit "$rc"

@@ -679,6 +679,12 @@ cmd_start() {
     log "already up"
     return 0
   fi
+  # A cold start (no slurmd alive: the machine, or this root, went down without `stop`, which cancels every job):
+  # slurmctld reloads the jobs of before from its state files and lists them RUNNING on nodes whose processes are
+  # gone, holding those nodes from the next test run (seen: a CI run whose replica waited behind a download job of a
+  # test run that a session's end had cut off). Cancelled once the cluster is up.
+  local cold=1
+  for n in "${NODES[@]}"; do if live_pid "$D/run/slurmd-$n.pid" >/dev/null; then cold=; fi; done
   write_slurm_conf
   make_gpus
   start_munged
@@ -691,15 +697,17 @@ cmd_start() {
   for n in "${NODES[@]}"; do start_slurmd "$n"; done
   start_sshd
   wait_ready
+  if [ -n "$cold" ]; then cancel_all_jobs "left from before the cluster went down"; fi
   log "up in $((SECONDS - t0)) s"
   sinfo
 }
 
+# cancel_all_jobs [WHY]: every user's jobs, waited for until squeue lists none (20 s at most)
 cancel_all_jobs() {
   local ids i
   ids=$(squeue -h -o %i 2>/dev/null) || return 0
   [ -n "$ids" ] || return 0
-  log "cancelling jobs: $(echo "$ids" | tr '\n' ' ')"
+  log "cancelling jobs${1:+ $1}: $(echo "$ids" | tr '\n' ' ')"
   # shellcheck disable=SC2086
   scancel $ids 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do
