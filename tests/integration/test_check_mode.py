@@ -11,8 +11,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import glob
 import os
 import shutil
+import time
 
 import pytest
 
@@ -65,6 +67,11 @@ def test_deploy_check_on_nothing_creates_and_submits_nothing(env):
 def test_deploy_check_after_a_deploy_changes_nothing(env):
     proc = run_playbook('deploy.yml', VARS, env['tmp'])
     assert proc.returncode == 0, proc.stdout[-4000:]
+    # the job's own record that SGLang passed its health gate (.NAME-JOBID.ready) may come a moment after the
+    # deploy's probe answered: taken first, so that what follows is the check run's doing alone
+    deadline = time.monotonic() + 30
+    while not glob.glob(os.path.join(env['work'], '.%s-*.ready' % SERVE)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     jobs, before = new_jobs(env), files(env['work'])
     assert [row[1:] for row in jobs if row[1] == SERVE] == [(SERVE, 'RUNNING')]
     assert 'api-key' in before and 'serve.sbatch' in before

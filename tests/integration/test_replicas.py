@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -67,7 +68,7 @@ def variables(**extra):
                          router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
                          router_sync_interval=2, router_health_check_interval=2,
                          # the stand-ins listen on port 30000 of node1's and node2's addresses on this one machine
-                         router_host='node', server_wait_timeout=300)
+                         router_host='node', server_wait_timeout=300, server_restart_delay=2)
     base.update(extra)
     return base
 
@@ -210,6 +211,52 @@ def test_a_cancelled_replica_costs_no_request_and_a_deploy_brings_it_back(env):
     assert now[SERVE + '-2'][0] != before[SERVE + '-2'][0] and now[SERVE + '-2'][1] == 'RUNNING'
     assert sorted((w['replica'], w['healthy']) for w in workers_file()) == [(SERVE, True), (SERVE + '-2', True)]
     assert chats(4) == [200] * 4
+
+
+def sglang_pids(job_id):
+    """Host pids of the SGLang stand-in of a job (its environment names the job), on this machine, which the nodes
+    share (a root's processes are in the host's /proc too)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open('/proc/%s/cmdline' % pid, 'rb') as handle:
+                argv = handle.read().split(b'\0')
+            with open('/proc/%s/environ' % pid, 'rb') as handle:
+                environ = handle.read().split(b'\0')
+        except OSError:
+            continue
+        # python3 -m sglang.launch_server itself (srun's and bash -c's command lines name it too)
+        if argv[1:3] == [b'-m', b'sglang.launch_server'] and ('SLURM_JOB_ID=%s' % job_id).encode() in environ:
+            pids.append(int(pid))
+    return pids
+
+
+def test_sglang_killed_in_a_replica_is_restarted_in_its_job_and_costs_no_request(env):
+    """SGLang dies inside a healthy job (SIGKILL: the OOM killer, a scheduler's crash): the replica leaves the router,
+    SGLang starts again in the same job (GPU check first, after server_restart_delay) and joins again once it passed
+    the health gate; requests sent all along get 200 from the other replica."""
+    before = jobs()
+    job_id = before[SERVE + '-2'][0]
+    pids = sglang_pids(job_id)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    results = []
+    started = time.monotonic()
+    while time.monotonic() < started + 60:
+        results += chats(2)
+        healthy = sorted((w['replica'], w['healthy']) for w in workers_file())
+        if healthy == [(SERVE, True), (SERVE + '-2', True)] and sglang_pids(job_id) not in ([], pids):
+            break
+    assert set(results) == {200}, results
+    assert healthy == [(SERVE, True), (SERVE + '-2', True)], healthy
+    assert jobs() == before                                        # the same jobs: restarted in the job
+    back = time.monotonic() - started
+    log = ssh('cat ~/%s/%s-%s.out' % (WORK, SERVE + '-2', job_id))
+    assert 'restart 1 of 3 in 2 s (server_restarts), the GPU check first' in log, log[-3000:]
+    assert log.count('health gate passed') == 2, log[-3000:]
+    assert chats(4) == [200] * 4
+    print('\nREPLICAS: SGLang killed in %s: back behind the router in the same job after %.1f s, %d requests meanwhile, '
+          'all 200; its log: %s' % (SERVE + '-2', back, len(results), re.findall(r'\[glm.serve\] SGLang ended[^\n]*', log)))
 
 
 def test_scale_down_to_one_then_up_to_two(env):

@@ -128,20 +128,26 @@ def test_defaults_carry_the_guide(rendered):
 
 def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(rendered, tmp_path):
     """server_replicas > 1: the same job (its name comes from sbatch --job-name), but the endpoint file is the
-    router's; the job writes replicas/NAME.url while it runs and removes it when it ends, a scancel too."""
+    router's; the job writes replicas/NAME.url once SGLang passed the health gate (glm_await_ready, run whole in
+    tests/doubles_tests/test_serve_supervision.py) and removes it when it ends, a scancel too, unless a replacement's."""
     text = rendered["replica"].read_text()
     default = rendered["default"].read_text()
     assert "GLM_BASE_URL=" in default and "GLM_BASE_URL=" not in text
     assert '/replica/replicas/"$SLURM_JOB_NAME.url"' in text
-    assert "trap 'exit 143' TERM INT" in text and 'then rm -f "$REPLICA_FILE"; fi' in text
-    assert text.index("glm_gpu_check 8") < text.index('> "$REPLICA_FILE.$SLURM_JOB_ID"')   # announced once the GPUs passed
-    # the script's part that announces and withdraws, run as a job would run it (no srun): SIGTERM removes the file
+    assert "trap 'exit 143' TERM INT" in text and 'glm_leave_router "$REPLICA_FILE"\' EXIT' in text
+    # announced by the gate, started after SGLang, itself after the GPU check
+    gate = 'glm_await_ready "$SERVER" "http://$SLURMD_NODENAME:30000" "$CURL_CONFIG" glm-5.3-flash "$READY_FILE" "$REPLICA_FILE" &'
+    assert gate in text and gate.replace(' "$REPLICA_FILE"', '') in default
+    assert text.index("glm_gpu_check 8") < text.index("  glm_start_sglang\n") < text.index(gate)
+    # the script's part that withdraws, run as a job would run it (no srun): SIGTERM removes the file if it is the job's
     work = tmp_path / "job"
     work.mkdir()
+    functions = (ROOT / "roles" / "server" / "files" / "serve_ready.bash").read_text()
     block = text[text.index("REPLICA_FILE="):text.index("\n\n", text.index("REPLICA_FILE="))]
-    assert block.count("\n") == 4, block                  # REPLICA_FILE=, mkdir, the two traps, the printf
+    assert block.count("\n") == 3, block                  # REPLICA_FILE=, mkdir, the two traps
     script = work / "announce.sh"
-    script.write_text("set -euo pipefail\nCONFIG=%s/config\n%s\nsleep 30 & wait $!\n" % (work, block))
+    script.write_text("set -euo pipefail\nCONFIG=%s/config CURL_CONFIG= READY_FILE=\n%s\n%s\nprintf 'http://%%s:30000\\n%%s\\n' "
+                      "\"$SLURMD_NODENAME\" \"$SLURM_JOB_ID\" > \"$REPLICA_FILE\"\nsleep 30 & wait $!\n" % (work, functions, block))
     url_file = Path(block.split("REPLICA_FILE=", 1)[1].split('"$SLURM_JOB_NAME', 1)[0].strip("'")) / "glm-serve-2.url"
     # job 7 announces itself, is cancelled: its file goes; job 9 announces itself, a replacement (job 10) announces
     # itself meanwhile, job 9 is cancelled: the replacement's file stays

@@ -1,0 +1,38 @@
+# glm_await_ready SERVER_PID BASE CURL_CONFIG MODEL READY_FILE [REPLICA_FILE]
+# Included in serve.sbatch by the glm.serve.server role; runs in the background beside the server, on its node.
+# The health gate: every 2 s while SERVER_PID lives, it asks the server on BASE (http://NODE:PORT, the node itself,
+# never through a proxy the job inherited) for /health (200 once SGLang has warmed up: http_server.py's warm-up
+# thread), /v1/models with the key, and one short chat with the key (the deploy's smoke question, 16 tokens), whose
+# answer must carry "choices". CURL_CONFIG is a curl config file (0600) holding the key's header: the key is on no
+# command line. Once all three answer it writes READY_FILE (the job's record that SGLang served, which lets the job
+# restart it after a crash) and, behind the router, REPLICA_FILE (URL, then the job id; written atomically): the
+# router's launcher adds a replica only once that file exists, so a replica that loads but answers wrongly never
+# takes traffic. Without curl on the node it says so and writes both at once (no gate).
+glm_await_ready() {
+  local server_pid=$1 base=$2 curl_config=$3 model=$4 ready_file=$5 replica_file=${6:-} body
+  body=$(printf '{"model": "%s", "messages": [{"role": "user", "content": "How many times does the letter r appear in strawberry?"}], "max_tokens": 16}' "$model")
+  if command -v curl > /dev/null 2>&1; then
+    while kill -0 "$server_pid" 2> /dev/null; do
+      sleep 2
+      curl -sf --noproxy '*' --max-time 10 -o /dev/null "$base/health" || continue
+      curl -sf --noproxy '*' --max-time 10 -K "$curl_config" -o /dev/null "$base/v1/models" || continue
+      curl -sf --noproxy '*' --max-time 60 -K "$curl_config" -H 'Content-Type: application/json' --data-binary "$body" \
+        "$base/v1/chat/completions" | grep -q '"choices"' || continue
+      break
+    done
+    kill -0 "$server_pid" 2> /dev/null || return 0
+    echo "[glm.serve] health gate passed: /health, /v1/models and a chat answer with the key on $base"
+  else
+    echo "[glm.serve] no curl on ${SLURMD_NODENAME:-this node}: no health gate (the replica joins the router as it starts)" >&2
+  fi
+  date +%s > "$ready_file"
+  if [ -n "$replica_file" ]; then
+    printf '%s\n%s\n' "$base" "$SLURM_JOB_ID" > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
+  fi
+}
+
+# glm_leave_router REPLICA_FILE: take this job's replica out of the router (the file, when it is still this job's: its
+# second line is the job id; a replacement may have announced itself under the same name already).
+glm_leave_router() {
+  if [ "$(sed -n 2p "$1" 2> /dev/null)" = "${SLURM_JOB_ID:-}" ]; then rm -f "$1"; fi
+}

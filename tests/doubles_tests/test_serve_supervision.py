@@ -1,0 +1,186 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The server role's serve.sbatch, run whole on this machine as a replica's batch script would run: the health gate
+and SGLang restarted in its job after a crash (issue 25), with the SGLang and nvidia-smi stand-ins and an ``srun``
+shim that runs the step's command here (it drops srun's and Pyxis's options: no container, no Slurm).
+
+What runs for real: the rendered script (GPU check, key files, the gate's curl calls with the key from curl's config
+file, the restart loop, its traps), the SGLang stand-in (tests/doubles/python/sglang) and nvidia-smi's. A crash is a
+SIGKILL of the SGLang process, from outside, as the OOM killer or a dying scheduler's kill_process_tree does.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from standin_helpers import KEY, REPO, STANDINS, STANDIN_PYTHONPATH, free_port, wait_for
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: glm.serve.server
+        tasks_from: script
+"""
+SRUN = """#!/usr/bin/env bash
+# srun shim: the step's command, here (srun's and Pyxis's options dropped)
+while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
+exec "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, model_dir):
+    """A work dir with the rendered replica script (restarts 2, 1 s apart), the key, the model, and a bin/ with the
+    srun shim and nvidia-smi's stand-in; returns (work, port, start(job_id) -> Popen)."""
+    base = tmp_path_factory.mktemp("supervision")
+    work, port = base / "work", free_port()
+    (base / "render.yml").write_text(PLAYBOOK)
+    extra = {"glm_work_dir": str(work), "server_replicas": 2, "glm_port": port, "server_restarts": 2,
+             "server_restart_delay": 1, "server_enable_metrics": False, "server_host": "127.0.0.1",
+             "server_env": {"GLM_STANDIN_SGLANG_LOAD": "0", "GLM_STANDIN_SGLANG_WARMUP": "1"}}
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
+    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
+                           "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(extra), str(base / "render.yml")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    os.symlink(model_dir, work / "GLM-5.3-Flash")
+    (work / "api-key").write_text(KEY + "\n")
+    (work / "api-key").chmod(0o600)
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    os.symlink(os.path.join(STANDINS, "node-bin", "nvidia-smi"), bin_dir / "nvidia-smi")
+    control = base / "control"
+    control.mkdir()
+
+    def start(job_id):
+        job_env = {k: v for k, v in os.environ.items() if not k.startswith(("GLM_STANDIN_", "SLURM"))}
+        job_env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), PYTHONPATH=STANDIN_PYTHONPATH,
+                       GLM_STANDIN_CONTROL=str(control), SLURM_JOB_NAME="glm-serve-2", SLURM_JOB_ID=job_id,
+                       SLURMD_NODENAME="127.0.0.1", GLM_STANDIN_SGLANG_GPUS="8")
+        log = open(work / ("glm-serve-2-%s.out" % job_id), "w")
+        return subprocess.Popen(["bash", str(work / "serve.sbatch")], cwd=str(work), env=job_env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return work, port, control, start
+
+
+def sglang_pid(job_id):
+    """The SGLang stand-in process of this job (its environment names the job)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                cmdline = handle.read().split(b"\0")
+            with open("/proc/%s/environ" % pid, "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        # python3 -m sglang.launch_server itself (srun's and bash -c's command lines name it too)
+        if cmdline[1:3] == [b"-m", b"sglang.launch_server"] and ("SLURM_JOB_ID=%s" % job_id).encode() in environ:
+            return int(pid)
+    return None
+
+
+def stop(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_gate_then_a_crash_restarted_in_the_job_then_the_bound(job):
+    work, port, _control, start = job
+    url_file = work / "replicas" / "glm-serve-2.url"
+    log = work / "glm-serve-2-41.out"
+    proc = start("41")
+    try:
+        # the replica announces itself only once /health, /v1/models and a chat answered with the key
+        assert wait_for(url_file.exists, timeout=60), log.read_text()[-3000:]
+        text = log.read_text()
+        assert "health gate passed: /health, /v1/models and a chat answer with the key on http://127.0.0.1:%d" % port in text
+        assert url_file.read_text() == "http://127.0.0.1:%d\n41\n" % port
+        assert KEY not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+        assert (work / ".glm-serve-2-41.curl").stat().st_mode & 0o777 == 0o600
+        # two crashes: each time the replica leaves the router, SGLang starts again in the job (GPU check first) and
+        # the replica joins again once it passed the gate
+        for restart, delay in ((1, 1), (2, 2)):
+            first = sglang_pid("41")
+            assert first
+            os.kill(first, signal.SIGKILL)
+            assert wait_for(lambda: not url_file.exists(), timeout=10)
+            assert wait_for(lambda: "restart %d of 2 in %d s" % (restart, delay) in log.read_text(), timeout=10)
+            assert wait_for(url_file.exists, timeout=60), log.read_text()[-3000:]
+            assert sglang_pid("41") not in (None, first)
+            assert proc.poll() is None
+        text = log.read_text()
+        assert text.count("gpu-check: 127.0.0.1: 8 GPUs ok") == 3 and text.count("health gate passed") == 3
+        # the third crash is beyond server_restarts=2: the job ends with SGLang's status (SIGKILL: 137) and says why
+        os.kill(sglang_pid("41"), signal.SIGKILL)
+        assert proc.wait(timeout=20) == 137
+        assert "restarted 2 times in this job already (server_restarts=2): the job ends" in log.read_text()
+        assert not url_file.exists() and not (work / ".glm-serve-2-41.curl").exists()
+        assert not (work / ".glm-serve-2-41.yaml").exists() and not (work / ".glm-serve-2-41.ready").exists()
+    finally:
+        stop(proc)
+
+
+def test_the_gpu_check_before_a_restart_can_end_the_job_as_a_bad_node(job):
+    """After a crash, a GPU that still holds memory (a process of the dead server that the driver has not let go of)
+    fails the GPU check: the job ends with the bad-node status (75), which the deploy reads, instead of starting SGLang
+    on it."""
+    work, _port, control, start = job
+    url_file = work / "replicas" / "glm-serve-2.url"
+    proc = start("42")
+    try:
+        assert wait_for(url_file.exists, timeout=60)
+        (control / "gpu-busy").write_text("3")
+        os.kill(sglang_pid("42"), signal.SIGKILL)
+        assert proc.wait(timeout=30) == 75
+        text = (work / "glm-serve-2-42.out").read_text()
+        assert "restart 1 of 2 in 1 s" in text and "gpu-check: FAILED on 127.0.0.1: GPU 3" in text
+        assert not url_file.exists()
+    finally:
+        (control / "gpu-busy").unlink()
+        stop(proc)
+
+
+def test_an_error_before_sglang_served_ends_the_job_at_once(job):
+    """A start failure (here the stand-in's CUDA out-of-memory) is not restarted: nothing served, the deploy reports
+    it as before; and SGLang stopping cleanly (a SIGTERM to the job: scancel) is not a crash either."""
+    work, _port, control, start = job
+    (control / "sglang-fail").write_text("oom")
+    try:
+        proc = start("43")
+        assert proc.wait(timeout=30) == 1
+    finally:
+        (control / "sglang-fail").unlink()
+        stop(proc)
+    assert "restart" not in (work / "glm-serve-2-43.out").read_text()
+    assert not (work / "replicas" / "glm-serve-2.url").exists()
+    proc = start("44")
+    try:
+        assert wait_for((work / "replicas" / "glm-serve-2.url").exists, timeout=60)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+        time.sleep(1)
+        assert sglang_pid("44") is None
+        assert "restart" not in (work / "glm-serve-2-44.out").read_text()
+    finally:
+        stop(proc)
