@@ -45,7 +45,7 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster roots cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
+        pytest-integration continuity sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
         scaffold-test install-test runner-test
 
 help: ## list the targets
@@ -158,7 +158,10 @@ sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for ch
 	tests/tooling/sglang_cli/setup.sh
 
 pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins, the router launcher, and integration on the local cluster
-	pytest -p no:cacheprovider --durations=40 tests/doubles_tests tests/integration < /dev/null
+	pytest -p no:cacheprovider --durations=40 -m "not continuity" tests/doubles_tests tests/integration < /dev/null
+
+continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that take minutes (a requeued replica: Slurm holds it 120 s), not in make test
+	pytest -p no:cacheprovider -s -m continuity tests/integration < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output

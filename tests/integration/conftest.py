@@ -37,6 +37,11 @@ BIN = os.path.dirname(sys.executable)
 INVENTORY_VARS = target.inventory_vars()
 
 
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'continuity: minutes-long cases of the service\'s continuity (Slurm\'s own delays); '
+                            '`make continuity` runs them, make test leaves them out')
+
+
 @pytest.fixture(scope='session')
 def cluster():
     if os.geteuid() != 0:

@@ -259,6 +259,34 @@ def test_sglang_killed_in_a_replica_is_restarted_in_its_job_and_costs_no_request
           'all 200; its log: %s' % (SERVE + '-2', back, len(results), re.findall(r'\[glm.serve\] SGLang ended[^\n]*', log)))
 
 
+@pytest.mark.continuity
+def test_a_requeued_replica_costs_no_request_and_rejoins_under_its_name(env):
+    """`scontrol requeue` of a replica (what Slurm does to a job on a node that failed or was preempted with
+    PreemptMode=REQUEUE): its batch script gets SIGTERM and leaves the router, the same job id runs again (on
+    whatever node Slurm gives it) and rejoins under the same replica name after the gate, with no person acting;
+    requests meanwhile all get 200. slurmctld holds a requeued batch job for 120 s (Reason=BeginTime, seen on 24.11),
+    so this case takes about 2.5 minutes: `make continuity` runs it, not make test."""
+    before = jobs()
+    job_id = before[SERVE + '-2'][0]
+    ssh('scontrol requeue %s' % job_id)
+    results = []
+    started = time.monotonic()
+    healthy = []
+    while time.monotonic() < started + 240:
+        results += chats(2)
+        now = jobs()
+        healthy = sorted((w['replica'], w['healthy']) for w in workers_file())
+        if (now.get(SERVE + '-2') == (job_id, 'RUNNING') and healthy == [(SERVE, True), (SERVE + '-2', True)]
+                and sglang_pids(job_id)):
+            break
+    back = time.monotonic() - started
+    assert set(results) == {200}, results
+    assert healthy == [(SERVE, True), (SERVE + '-2', True)], healthy
+    assert jobs() == before                                        # the same job ids, running again
+    print('\nREPLICAS: %s requeued: back behind the router under its name after %.1f s, %d requests meanwhile, all 200'
+          % (SERVE + '-2', back, len(results)))
+
+
 def test_scale_down_to_one_then_up_to_two(env):
     before = jobs()
     # server_replicas=1 as the issue writes it (no router_enabled): the router stays while replicas are there; replica
