@@ -184,3 +184,24 @@ def test_an_error_before_sglang_served_ends_the_job_at_once(job):
         assert "restart" not in (work / "glm-serve-2-44.out").read_text()
     finally:
         stop(proc)
+
+
+def test_usr1_before_the_time_limit_drains_the_replica_and_ends_the_job_completed(job):
+    """Slurm's USR1 (sbatch --signal=B:USR1@120, server_drain_before) to the batch script: the replica leaves the
+    router at once, SGLang is asked to stop through the stop file (a SIGTERM from the step's loop: its clean
+    shutdown), and the script ends 0 (COMPLETED) before the limit's SIGTERM; no restart."""
+    work, _port, _control, start = job
+    url_file = work / "replicas" / "glm-serve-2.url"
+    proc = start("45")
+    try:
+        assert wait_for(url_file.exists, timeout=60)
+        assert "#SBATCH --signal=B:USR1@120" in (work / "serve.sbatch").read_text()
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert wait_for(lambda: not url_file.exists(), timeout=5)
+        assert proc.wait(timeout=40) == 0
+        text = (work / "glm-serve-2-45.out").read_text()
+        assert "the time limit is 120 s away (server_drain_before): left the router" in text
+        assert "SGLang stopped" in text and "restart" not in text
+        assert sglang_pid("45") is None and not (work / ".glm-serve-2-45.stop").exists()
+    finally:
+        stop(proc)

@@ -72,6 +72,7 @@ def test_deploy_check_after_a_deploy_changes_nothing(env):
     deadline = time.monotonic() + 30
     while not glob.glob(os.path.join(env['work'], '.%s-*.ready' % SERVE)) and time.monotonic() < deadline:
         time.sleep(0.2)
+    assert glob.glob(os.path.join(env['work'], '.%s-*.ready' % SERVE)), 'the server job never passed its health gate'
     jobs, before = new_jobs(env), files(env['work'])
     assert [row[1:] for row in jobs if row[1] == SERVE] == [(SERVE, 'RUNNING')]
     assert 'api-key' in before and 'serve.sbatch' in before

@@ -70,12 +70,14 @@ def test_a_cold_start_cancels_the_jobs_left_from_before():
     cancels them. Here: a job on node1, slurmctld stopped (its state saved), every slurmd and the job's steps killed."""
     require_cluster()
     proc = _slurm('sbatch', '--parsable', '-J', 'cold-start-left', '-p', 'compute-h100', '-w', 'node1', '-t', '5',
-                  '--wrap', 'sleep 300')
+                  '--wrap', 'sleep 297')
     assert proc.returncode == 0, proc.stdout
     job = proc.stdout.strip().split(';')[0]
     run = '/var/lib/glm-cluster/run' if target.IN_ROOT else RUN
-    down = ('kill -TERM "$(cat {run}/slurmctld.pid)"; for f in {run}/slurmd-*.pid; do kill -KILL "$(cat "$f")"; done; '
-            'pkill -KILL -f "slurmstepd: \\[{job}[].]"; sleep 1').format(run=run, job=job)
+    # slurmctld saves its state as it stops: waited for (at most 30 s), or `start` would take it for running
+    down = ('pid=$(cat {run}/slurmctld.pid); kill -TERM "$pid"; for f in {run}/slurmd-*.pid; do kill -KILL "$(cat "$f")"; done; '
+            'pkill -KILL -f "slurmstepd: \\[{job}[].]"; pkill -KILL -f "^sleep 297$"; '
+            'for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.2; done; exit 1').format(run=run, job=job)
     try:
         assert _slurm('sh', '-c', down).returncode == 0
         start = subprocess.run(['bash', target.CLUSTER, 'start'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -85,4 +87,7 @@ def test_a_cold_start_cancels_the_jobs_left_from_before():
         assert 'cancelling jobs left from before the cluster went down: ' + job in start.stdout, start.stdout
         assert job not in _slurm('squeue', '-h', '-o', '%i').stdout.split()
     finally:
+        # whatever happened above, the cluster is up again for the tests that follow
+        subprocess.run(['bash', target.CLUSTER, 'start'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                       stdin=subprocess.DEVNULL, env=dict(os.environ, GLM_CLUSTER_RELEASE=target.RELEASE))
         _slurm('scancel', job)

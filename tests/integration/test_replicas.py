@@ -245,7 +245,8 @@ def test_sglang_killed_in_a_replica_is_restarted_in_its_job_and_costs_no_request
     while time.monotonic() < started + 60:
         results += chats(2)
         healthy = sorted((w['replica'], w['healthy']) for w in workers_file())
-        if healthy == [(SERVE, True), (SERVE + '-2', True)] and sglang_pids(job_id) not in ([], pids):
+        if (healthy == [(SERVE, True), (SERVE + '-2', True)] and sglang_pids(job_id) not in ([], pids)
+                and ssh('grep -c "health gate passed" ~/%s/%s-%s.out' % (WORK, SERVE + '-2', job_id), check=False).strip() == '2'):
             break
     assert set(results) == {200}, results
     assert healthy == [(SERVE, True), (SERVE + '-2', True)], healthy
@@ -265,7 +266,7 @@ def test_a_requeued_replica_costs_no_request_and_rejoins_under_its_name(env):
     PreemptMode=REQUEUE): its batch script gets SIGTERM and leaves the router, the same job id runs again (on
     whatever node Slurm gives it) and rejoins under the same replica name after the gate, with no person acting;
     requests meanwhile all get 200. slurmctld holds a requeued batch job for 120 s (Reason=BeginTime, seen on 24.11),
-    so this case takes about 2.5 minutes: `make continuity` runs it, not make test."""
+    so this case takes about 3 minutes (169 s measured): `make continuity` runs it, not make test."""
     before = jobs()
     job_id = before[SERVE + '-2'][0]
     ssh('scontrol requeue %s' % job_id)

@@ -144,9 +144,10 @@ def test_a_replica_announces_itself_to_the_router_instead_of_the_endpoint_file(r
     work.mkdir()
     functions = (ROOT / "roles" / "server" / "files" / "serve_ready.bash").read_text()
     block = text[text.index("REPLICA_FILE="):text.index("\n\n", text.index("REPLICA_FILE="))]
-    assert block.count("\n") == 3, block                  # REPLICA_FILE=, mkdir, the two traps
+    assert block.count("\n") == 7, block                  # REPLICA_FILE=, mkdir, the two traps, the drain's 2 + 2 lines
+    assert "#SBATCH --signal=B:USR1@120\n" in text and "#SBATCH --signal" not in default   # server_drain_before: replicas only
     script = work / "announce.sh"
-    script.write_text("set -euo pipefail\nCONFIG=%s/config CURL_CONFIG= READY_FILE=\n%s\n%s\nprintf 'http://%%s:30000\\n%%s\\n' "
+    script.write_text("set -euo pipefail\nCONFIG=%s/config CURL_CONFIG= READY_FILE= GLM_STOP_FILE=\n%s\n%s\nprintf 'http://%%s:30000\\n%%s\\n' "
                       "\"$SLURMD_NODENAME\" \"$SLURM_JOB_ID\" > \"$REPLICA_FILE\"\nsleep 30 & wait $!\n" % (work, functions, block))
     url_file = Path(block.split("REPLICA_FILE=", 1)[1].split('"$SLURM_JOB_NAME', 1)[0].strip("'")) / "glm-serve-2.url"
     # job 7 announces itself, is cancelled: its file goes; job 9 announces itself, a replacement (job 10) announces

@@ -36,6 +36,7 @@ for stage in "$@"; do
       ;;
     *)
       printf '\n==> make test: stage %s (at %s s)\n' "$stage" "$((t0 - start))"
+      touch tests/output/.stage-start
       "${MAKE:-make}" --no-print-directory "${VARS[@]}" "$stage"
       rc=$?
       NAMES+=("$stage") TIMES+=($((SECONDS - t0)))
@@ -54,9 +55,10 @@ printf '  %-24s %-4s %5d s (%d min %d s)\n' total "$([ "$rc" -eq 0 ] && echo ok 
   "$((SECONDS - start))" "$(((SECONDS - start) / 60))" "$(((SECONDS - start) % 60))"
 # CI shows only the end of what a run printed: a failed stage that keeps a log of its own (tests/output/STAGE.log:
 # molecule's) gets the lines saying what failed repeated here, last (a CI run of molecule once showed only its recap).
-failed=${NAMES[${#NAMES[@]}-1]:-}
+failed=
+if [ "${#NAMES[@]}" -gt 0 ]; then failed=${NAMES[${#NAMES[@]}-1]}; fi
 failed=${failed% (background)}
-if [ "$rc" -ne 0 ] && [ -f "tests/output/$failed.log" ]; then
+if [ "$rc" -ne 0 ] && [ -n "$failed" ] && [ "tests/output/$failed.log" -nt tests/output/.stage-start ]; then
   printf '\nmake test: what failed in stage %s (the matching lines of tests/output/%s.log)\n' "$failed" "$failed"
   sed 's/\x1b\[[0-9;]*m//g' "tests/output/$failed.log" |
     grep -a -E '(FAILED|[^_]ERROR|Error:|fatal:|failed: \[|Assertion|^[ │]*E  )' | grep -v RETRYING | tail -n 40

@@ -9,26 +9,53 @@
 # router's launcher adds a replica only once that file exists, so a replica that loads but answers wrongly never
 # takes traffic. Without curl on the node it says so and writes both at once (no gate).
 glm_await_ready() {
-  local server_pid=$1 base=$2 curl_config=$3 model=$4 ready_file=$5 replica_file=${6:-} body
+  local server_pid=$1 base=$2 curl_config=$3 model=$4 ready_file=$5 replica_file=${6:-} body answer
   body=$(printf '{"model": "%s", "messages": [{"role": "user", "content": "How many times does the letter r appear in strawberry?"}], "max_tokens": 16}' "$model")
   if command -v curl > /dev/null 2>&1; then
     while kill -0 "$server_pid" 2> /dev/null; do
       sleep 2
       curl -sf --noproxy '*' --max-time 10 -o /dev/null "$base/health" || continue
       curl -sf --noproxy '*' --max-time 10 -K "$curl_config" -o /dev/null "$base/v1/models" || continue
-      curl -sf --noproxy '*' --max-time 60 -K "$curl_config" -H 'Content-Type: application/json' --data-binary "$body" \
-        "$base/v1/chat/completions" | grep -q '"choices"' || continue
+      answer=$(curl -sf --noproxy '*' --max-time 60 -K "$curl_config" -H 'Content-Type: application/json' \
+        --data-binary "$body" "$base/v1/chat/completions") || continue
+      [[ $answer == *'"choices"'* ]] || continue
       break
     done
     kill -0 "$server_pid" 2> /dev/null || return 0
     echo "[glm.serve] health gate passed: /health, /v1/models and a chat answer with the key on $base"
+    date +%s > "$ready_file"
   else
-    echo "[glm.serve] no curl on ${SLURMD_NODENAME:-this node}: no health gate (the replica joins the router as it starts)" >&2
+    # no READY_FILE either: without the gate nothing tells a crash from a start failure, so nothing is restarted
+    echo "[glm.serve] no curl on ${SLURMD_NODENAME:-this node}: no health gate (the replica joins the router as it starts) and no restart after a crash" >&2
   fi
-  date +%s > "$ready_file"
   if [ -n "$replica_file" ]; then
     printf '%s\n%s\n' "$base" "$SLURM_JOB_ID" > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
+    # SGLang died while the file was being written: take it back
+    kill -0 "$server_pid" 2> /dev/null || glm_leave_router "$replica_file"
   fi
+}
+
+# glm_drain SERVER_PID REPLICA_FILE METRICS_URL SECONDS: Slurm's USR1, SECONDS before the job's time limit
+# (sbatch --signal=B:USR1@SECONDS, server_drain_before). The replica leaves the router, waits 10 s (the router drops
+# it within its sync interval), then until SGLang's /metrics shows no running or queued request (at most until 15 s
+# before the limit; at once without metrics), then asks SGLang to stop through GLM_STOP_FILE (the step's loop sends
+# it a SIGTERM) and waits for it: the job ends COMPLETED before Slurm's SIGTERM, with no request cut.
+glm_drain() {
+  local server_pid=$1 replica_file=$2 url=$3 seconds=$4 started=$SECONDS text busy
+  glm_leave_router "$replica_file"
+  echo "[glm.serve] the time limit is $seconds s away (server_drain_before): left the router; finishing the requests in flight, then stopping SGLang"
+  sleep 10 &
+  wait $! || true
+  while kill -0 "$server_pid" 2> /dev/null && [ $((SECONDS - started)) -lt $((seconds - 15)) ]; do
+    text=$(curl -sf --noproxy '*' --max-time 5 "$url") || break
+    busy=$(printf '%s\n' "$text" | awk '$1 ~ /[{,]priority="[^"]/ { next }
+      $1 ~ /^sglang:num_(running|queue)_reqs(\{|$)/ { n += $NF } END { printf "%d", n }')
+    [ "${busy:-0}" -gt 0 ] || break
+    sleep 1
+  done
+  : > "$GLM_STOP_FILE"
+  wait "$server_pid" || true
+  echo "[glm.serve] SGLang stopped $((SECONDS - started)) s after the drain began, before the time limit"
 }
 
 # glm_leave_router REPLICA_FILE: take this job's replica out of the router (the file, when it is still this job's: its

@@ -683,7 +683,9 @@ cmd_start() {
   # slurmctld reloads the jobs of before from its state files and lists them RUNNING on nodes whose processes are
   # gone, holding those nodes from the next test run (seen: a CI run whose replica waited behind a download job of a
   # test run that a session's end had cut off). Cancelled once the cluster is up.
+  # (slurmctld down too: a slurmd that crashed alone leaves its jobs' slurmstepd running, and they are live)
   local cold=1
+  if live_pid "$D/run/slurmctld.pid" >/dev/null; then cold=; fi
   for n in "${NODES[@]}"; do if live_pid "$D/run/slurmd-$n.pid" >/dev/null; then cold=; fi; done
   write_slurm_conf
   make_gpus
