@@ -39,16 +39,15 @@ exec "$@"
 """
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory, model_dir):
-    """A work dir with the rendered replica script (restarts 2, 1 s apart), the key, the model, and a bin/ with the
-    srun shim and nvidia-smi's stand-in; returns (work, port, start(job_id) -> Popen)."""
+def make_job(tmp_path_factory, model_dir, **settings):
+    """A work dir with the rendered server script (restarts 2, 1 s apart, and SETTINGS), the key, the model, and a
+    bin/ with the srun shim and nvidia-smi's stand-in; returns (work, port, control, start(job_id) -> Popen)."""
     base = tmp_path_factory.mktemp("supervision")
     work, port = base / "work", free_port()
     (base / "render.yml").write_text(PLAYBOOK)
-    extra = {"glm_work_dir": str(work), "server_replicas": 2, "glm_port": port, "server_restarts": 2,
-             "server_restart_delay": 1, "server_enable_metrics": False, "server_host": "127.0.0.1",
-             "server_env": {"GLM_STANDIN_SGLANG_LOAD": "0", "GLM_STANDIN_SGLANG_WARMUP": "1"}}
+    extra = dict({"glm_work_dir": str(work), "glm_port": port, "server_restarts": 2, "server_restart_delay": 1,
+                  "server_host": "127.0.0.1",
+                  "server_env": {"GLM_STANDIN_SGLANG_LOAD": "0", "GLM_STANDIN_SGLANG_WARMUP": "1"}}, **settings)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", os.path.join(REPO, ".collections"))
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", "-e",
@@ -66,15 +65,30 @@ def job(tmp_path_factory, model_dir):
     control = base / "control"
     control.mkdir()
 
+    name = "glm-serve-2" if settings.get("server_replicas", 1) > 1 else "glm-serve"
+
     def start(job_id):
         job_env = {k: v for k, v in os.environ.items() if not k.startswith(("GLM_STANDIN_", "SLURM"))}
         job_env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), PYTHONPATH=STANDIN_PYTHONPATH,
-                       GLM_STANDIN_CONTROL=str(control), SLURM_JOB_NAME="glm-serve-2", SLURM_JOB_ID=job_id,
+                       GLM_STANDIN_CONTROL=str(control), SLURM_JOB_NAME=name, SLURM_JOB_ID=job_id,
                        SLURMD_NODENAME="127.0.0.1", GLM_STANDIN_SGLANG_GPUS="8")
-        log = open(work / ("glm-serve-2-%s.out" % job_id), "w")
+        log = open(work / ("%s-%s.out" % (name, job_id)), "w")
         return subprocess.Popen(["bash", str(work / "serve.sbatch")], cwd=str(work), env=job_env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return work, port, control, start
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, model_dir):
+    """A replica behind the router (its address file), without metrics."""
+    return make_job(tmp_path_factory, model_dir, server_replicas=2, server_enable_metrics=False)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, model_dir):
+    """One server without the router (its endpoint file), with metrics, the activity watcher and an idle timeout."""
+    return make_job(tmp_path_factory, model_dir, server_replicas=1, server_enable_metrics=True,
+                    server_activity_interval=1, server_idle_timeout="1h")
 
 
 def sglang_pid(job_id):
@@ -205,3 +219,29 @@ def test_usr1_before_the_time_limit_drains_the_replica_and_ends_the_job_complete
         assert sglang_pid("45") is None and not (work / ".glm-serve-2-45.stop").exists()
     finally:
         stop(proc)
+
+
+def test_one_server_is_restarted_in_its_job_and_keeps_its_endpoint(single):
+    """Without the router: the endpoint file is written as the job starts (the deploy's probe waits on it) and stays
+    the same across a restart; a new activity watcher follows the new SGLang; the gate's record (.ready) is what
+    allows the restart, and goes with the job."""
+    work, port, _control, start = single
+    log = work / "glm-serve-51.out"
+    proc = start("51")
+    try:
+        assert wait_for(lambda: (work / ".glm-serve-51.ready").exists(), timeout=60), log.read_text()[-3000:]
+        endpoint = (work / "endpoint").read_text()
+        assert "GLM_BASE_URL=http://127.0.0.1:%d/v1" % port in endpoint
+        assert wait_for(lambda: (work / "glm-serve-51.activity").exists(), timeout=10)
+        first = sglang_pid("51")
+        os.kill(first, signal.SIGKILL)
+        assert wait_for(lambda: "restart 1 of 2 in 1 s" in log.read_text(), timeout=10)
+        assert wait_for(lambda: log.read_text().count("health gate passed") == 2, timeout=60), log.read_text()[-3000:]
+        assert sglang_pid("51") not in (None, first) and proc.poll() is None
+        assert (work / "endpoint").read_text() == endpoint
+        # a watcher follows the new SGLang: the activity file is written again after the restart
+        checked = json.loads((work / "glm-serve-51.activity").read_text())["checked"]
+        assert wait_for(lambda: json.loads((work / "glm-serve-51.activity").read_text())["checked"] > checked + 1, timeout=10)
+    finally:
+        stop(proc)
+    assert not (work / ".glm-serve-51.curl").exists() and not (work / ".glm-serve-51.ready").exists()
