@@ -229,10 +229,10 @@ def test_one_server_is_restarted_in_its_job_and_keeps_its_endpoint(single):
     log = work / "glm-serve-51.out"
     proc = start("51")
     try:
-        assert wait_for(lambda: (work / ".glm-serve-51.ready").exists(), timeout=60), log.read_text()[-3000:]
+        assert wait_for((work / ".glm-serve-51.ready").exists, timeout=60), log.read_text()[-3000:]
         endpoint = (work / "endpoint").read_text()
         assert "GLM_BASE_URL=http://127.0.0.1:%d/v1" % port in endpoint
-        assert wait_for(lambda: (work / "glm-serve-51.activity").exists(), timeout=10)
+        assert wait_for((work / "glm-serve-51.activity").exists, timeout=10)
         first = sglang_pid("51")
         os.kill(first, signal.SIGKILL)
         assert wait_for(lambda: "restart 1 of 2 in 1 s" in log.read_text(), timeout=10)
