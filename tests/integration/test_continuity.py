@@ -9,7 +9,10 @@ replicas whose jobs reach their time limit leave the router before it (server_dr
 Two replicas with 2-minute jobs and server_drain_before=30: Slurm signals each job 30 s (or, by its own timer's
 resolution, up to a minute more) before its limit. The two were submitted together, so they drain together and,
 with no successor yet (the next part of issue 25), the router is left with none: this case checks the drain, not
-an unbroken service."""
+an unbroken service.
+
+A login node that restarts (the platform's own fault: sshd and every session killed) while a deploy waits for its
+server: ssh is tried again (ansible.cfg's retries) and the wait goes on where it was."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -17,11 +20,13 @@ __metaclass__ = type
 
 import os
 import shutil
+import subprocess
+import threading
 import time
 
 import pytest
 
-from deploy_helpers import (ROUTER_WHEELS, isolated_vars, live_jobs, login_home, require_cluster, router_wheels, run_playbook,
+from deploy_helpers import (CLUSTER, ROUTER_WHEELS, isolated_vars, live_jobs, login_home, require_cluster, router_wheels, run_playbook,
                             scancel_names, ssh)
 
 pytestmark = pytest.mark.continuity
@@ -65,4 +70,52 @@ def test_replicas_at_their_time_limit_leave_the_router_and_end_completed(tmp_pat
     finally:
         run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
         scancel_names(NAMES)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+LR_WORK, LR_DOWNLOAD, LR_SERVE = 'glm-it-login-restart', 'it-lr-download', 'it-lr-serve'
+
+
+def test_a_login_node_restart_during_the_deploys_wait_is_ridden_out(tmp_path):
+    """The login node restarts (cluster.sh restart-login: sshd, every SSH session and every process of the login user
+    outside a job killed, sshd back 15 s later) while the deploy waits for its server to load (45 s): the slice in
+    flight dies with its session, ssh is tried again (retries = 8 in ansible.cfg and in the one init writes), the
+    slice runs again and the wait goes on: the deploy ends ready, with one server job. Without the retries, it ended
+    at once: UNREACHABLE, "Data could not be sent to remote host", rc 4."""
+    require_cluster()
+    names = [LR_DOWNLOAD, LR_SERVE]
+    work = os.path.join(login_home(), LR_WORK)
+    extra = isolated_vars(LR_WORK, LR_DOWNLOAD, LR_SERVE, server_time='00:10:00', glm_progress_interval=10,
+                          server_env={'GLM_STANDIN_SGLANG_LOAD': '45'})
+    scancel_names(names)
+    shutil.rmtree(work, ignore_errors=True)
+    result = {}
+
+    def deploy():
+        result['proc'] = run_playbook('deploy.yml', extra, str(tmp_path), timeout=600)
+    thread = threading.Thread(target=deploy)
+    try:
+        started = time.monotonic()
+        thread.start()
+        while time.monotonic() < started + 180 and not any(row[1] == LR_SERVE and row[2] == 'RUNNING'
+                                                             for row in live_jobs(lambda n: n in names)):
+            time.sleep(2)
+        time.sleep(8)                                              # the server loading, the deploy in its wait
+        restart = subprocess.run([CLUSTER, 'restart-login', '15'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 universal_newlines=True, timeout=120, check=False)
+        assert restart.returncode == 0, restart.stdout
+        assert 'process(es) of the login node killed' in restart.stdout, restart.stdout
+        thread.join(600)
+        proc = result['proc']
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        assert 'serves glm-5.3-flash' in proc.stdout, proc.stdout[-3000:]
+        servers = [row for row in live_jobs(lambda n: n == LR_SERVE)]
+        assert len(servers) == 1, servers                          # the wait went on: nothing submitted twice
+        print('\nCONTINUITY: the login node restarted (down 15 s) during the deploy\'s wait: the deploy ended ready after '
+              '%.0f s, one server job (%s)' % (took, restart.stdout.strip().replace('\n', '; ')))
+    finally:
+        thread.join(600)
+        run_playbook('teardown.yml', dict(extra, glm_teardown_download=True), str(tmp_path))
+        scancel_names(names)
         shutil.rmtree(work, ignore_errors=True)

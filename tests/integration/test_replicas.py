@@ -29,8 +29,8 @@ import time
 
 import pytest
 
-from deploy_helpers import (ROUTER_WHEELS, chown_login, cmdlines_holding, files_holding, isolated_vars, live_jobs, login_home, recap,
-                            require_cluster, router_wheels, run_playbook, scancel_names, ssh)
+from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, SSH, chown_login, cmdlines_holding, files_holding, isolated_vars,
+                            live_jobs, login_home, recap, require_cluster, router_wheels, run_playbook, scancel_names, ssh)
 
 WORK = 'glm-it-replicas'
 DOWNLOAD, SERVE = 'it-rp-download', 'it-rp-serve'
@@ -286,6 +286,61 @@ def test_a_requeued_replica_costs_no_request_and_rejoins_under_its_name(env):
     assert jobs() == before                                        # the same job ids, running again
     print('\nREPLICAS: %s requeued: back behind the router under its name after %.1f s, %d requests meanwhile, all 200'
           % (SERVE + '-2', back, len(results)))
+
+
+@pytest.mark.continuity
+def test_a_rolling_restart_of_the_compute_nodes_under_load(env):
+    """The platform's rolling restart (the seed guide's platform notes: adding or removing a login account restarts
+    the compute nodes one at a time, ending their jobs): `cluster.sh restart-node` cuts each GPU node's power in turn
+    (slurmd and every process of its jobs SIGKILLed, slurmd back 10 s later), under steady load through the router
+    from the login node (tests/tooling/loadgen.py: 5 requests a second, a quarter streamed). Slurm finds the batch
+    job missing when the node registers again and requeues it (slurmctld: "not found BatchStartTime after startup,
+    Requeuing job"); the requeued replica rejoins under its name with no person acting. Non-streamed requests: none
+    fails (the gateway retries those cut by the power cut on the other replica); streams cut by it are counted and
+    reported. Takes about 6 minutes: `make continuity`."""
+    loadgen = os.path.join(login_home(), WORK, 'it-loadgen.py')
+    shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
+    chown_login(loadgen)
+    router_node = jobs_node(ROUTER)
+    load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration 900 --streamed 0.25 '
+                                   '--timeout 60 --allow-host %s' % (loadgen, endpoint(), WORK, router_node)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+    figures = []
+    try:
+        time.sleep(10)
+        before = jobs()
+        for name in REPLICAS:
+            node = jobs_node(name)
+            job_id = jobs()[name][0]
+            proc = subprocess.run([CLUSTER, 'restart-node', node, '10'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True, timeout=120, check=False)
+            assert proc.returncode == 0, proc.stdout
+            back_at = time.monotonic()
+            healthy = []
+            while time.monotonic() < back_at + 300:
+                healthy = sorted((w['replica'], w['healthy']) for w in workers_file())
+                if (jobs().get(name) == (job_id, 'RUNNING') and healthy == [(SERVE, True), (SERVE + '-2', True)]
+                        and sglang_pids(job_id)):
+                    break
+                time.sleep(2)
+            assert healthy == [(SERVE, True), (SERVE + '-2', True)], (healthy, jobs())
+            figures.append('%s (job %s on %s): back behind the router %.0f s after its node' % (name, job_id, node,
+                                                                                              time.monotonic() - back_at))
+        time.sleep(10)
+        assert jobs() == before                                        # the same job ids, requeued and running again
+    finally:
+        ssh('pkill -TERM -f it-loadgen.py', check=False)
+        out, err = load.communicate(timeout=120)
+    summary = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    assert summary, err
+    plain = summary['plain']
+    assert set(plain) == {'200'}, summary                              # no non-streamed request failed
+    assert summary['unfinished'] == 0 and summary['skipped'] == 0, summary
+    broken = sum(n for outcome, n in summary['streamed'].items() if outcome != '200')
+    print('\nREPLICAS: rolling restart of the GPU nodes under load: %s; %d requests in %.0f s, non-streamed %s, streamed %s '
+          '(%d cut by a power cut), p50 %s ms p99 %s ms' % ('; '.join(figures), summary['sent'], summary['seconds'], plain,
+                                                            summary['streamed'], broken, summary['latency_ms']['p50'],
+                                                            summary['latency_ms']['p99']))
 
 
 def test_scale_down_to_one_then_up_to_two(env):

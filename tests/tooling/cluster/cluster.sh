@@ -5,7 +5,8 @@
 # login user reached by real SSH. Run as root. See tests/tooling/cluster/README.md. The stand-ins it installs (the
 # doubles: hf, SGLang, nvidia-smi, the Pyxis SPANK plugin) are tests/doubles/.
 #
-#   cluster.sh install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD...
+#   cluster.sh install|start|stop|status|restart-controller [SECONDS]|restart-node NODE [SECONDS]|restart-login [SECONDS]
+#              |smoke|env|exec CMD...
 #
 # GLM_CLUSTER_RELEASE=bookworm (default): the host's own Debian packages, on the host.
 # GLM_CLUSTER_RELEASE=trixie|sid: the same cluster, plus slurmdbd with MariaDB, in a Debian root made by
@@ -746,6 +747,102 @@ cmd_restart_controller() {
   log "slurmctld restarted"
 }
 
+# The platform's own faults (the seed guide's platform notes: adding or removing a login account restarts the login
+# nodes, the controller and accounting, then the compute nodes one at a time, ending their jobs).
+
+# same_ns PID: the process is of this cluster's pid namespace (the host sees the processes of every root)
+same_ns() { [ "$(readlink "/proc/$1/ns/pid" 2>/dev/null)" = "$(readlink /proc/self/ns/pid)" ]; }
+
+# descendants PID...: those pids and every process below them (by parent pid), one per line
+descendants() {
+  local -A kids=()
+  local pid ppid queue=("$@") seen=" "
+  while read -r pid ppid; do kids[$ppid]+="$pid "; done < <(ps -e -o pid=,ppid=)
+  while [ ${#queue[@]} -gt 0 ]; do
+    pid=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ $seen == *" $pid "* ]] && continue
+    seen+="$pid "
+    printf '%s\n' "$pid"
+    # shellcheck disable=SC2206  # pids: words
+    [ -z "${kids[$pid]:-}" ] || queue+=(${kids[$pid]})
+  done
+}
+
+# power_cut PID...: SIGSTOP the processes and all below them first (nothing forks or reacts meanwhile), then SIGKILL
+# them, as a machine that loses its power: no signal handler runs, no exit is reported to anyone
+power_cut() {
+  local pids
+  [ $# -gt 0 ] || return 0
+  pids=$(descendants "$@")
+  # shellcheck disable=SC2086
+  kill -STOP $pids 2>/dev/null || true
+  pids=$(descendants "$@") # what forked before the stop
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+}
+
+# restart-node NODE [SECONDS]: the compute node restarts, as a SUNK node's pod does: its slurmd and every process of
+# its jobs (each slurmstepd of the node, with all below it, and any process that left that tree but runs with
+# SLURMD_NODENAME=NODE) die at once with SIGKILL; SECONDS later (default 10) slurmd starts again, with no job. What
+# happens to the jobs is Slurm's: slurmctld finds them missing when the node registers (requeued when they may be,
+# else NODE_FAIL), as on a real cluster.
+cmd_restart_node() {
+  need_root
+  local node=${1-} down=${2:-10} n ok='' pids=() pid cmd job sock
+  for n in "${NODES[@]}"; do [ "$n" = "$node" ] && ok=1; done
+  [ -n "$ok" ] || die "restart-node: NODE must be one of ${NODES[*]} (got '${node}')"
+  [[ $down =~ ^[0-9]+([.][0-9]+)?$ ]] || die "restart-node: SECONDS must be a number"
+  # the node's steps: its spool folder holds a socket NODE_JOBID.STEPID per live step
+  local -A steps=()
+  for sock in "$D/state/slurmd-$node/${node}"_*; do
+    [ -S "$sock" ] || continue
+    job=${sock##*/"${node}"_}
+    steps[${job%%.*}]=1
+  done
+  if pid=$(live_pid "$D/run/slurmd-$node.pid"); then pids+=("$pid"); fi
+  for pid in $(pgrep -x slurmstepd || true); do
+    same_ns "$pid" || continue
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    # "slurmstepd: [JOBID.batch]", "[JOBID.0]", "[JOBID.extern]"
+    job=${cmd#*[}
+    job=${job%%.*}
+    [ -n "${steps[$job]:-}" ] && pids+=("$pid")
+  done
+  while read -r pid; do
+    if same_ns "$pid"; then pids+=("$pid"); fi
+  done < <(grep -lsz "^SLURMD_NODENAME=$node\$" /proc/[0-9]*/environ | cut -d/ -f3)
+  log "restart-node $node: power cut (slurmd, ${#steps[@]} job(s): ${!steps[*]}), back in $down s"
+  power_cut "${pids[@]}"
+  rm -f "$D/run/slurmd-$node.pid"
+  sleep "$down"
+  start_slurmd "$node"
+  log "restart-node $node: slurmd started"
+}
+
+# restart-login [SECONDS]: the login node restarts: sshd and every SSH session die at once (SIGKILL), with every
+# process of the login user that is not part of a Slurm job (the ansible modules an SSH session runs, relays, load
+# generators, nohup'd or not); SECONDS later (default 10) sshd starts again. Slurm and the jobs go on.
+cmd_restart_login() {
+  need_root
+  local down=${1:-10} pids=() pid jobs
+  [[ $down =~ ^[0-9]+([.][0-9]+)?$ ]] || die "restart-login: SECONDS must be a number"
+  if pid=$(live_pid "$D/run/sshd.pid"); then pids+=("$pid"); fi
+  # the jobs' processes run as the login user too: keep each slurmstepd's tree
+  # shellcheck disable=SC2046  # pids: words
+  jobs=" $(descendants $(pgrep -x slurmstepd || true) | tr '\n' ' ') "
+  for pid in $(pgrep -u "$LOGIN_USER" || true); do
+    same_ns "$pid" || continue
+    [[ $jobs == *" $pid "* ]] || pids+=("$pid")
+  done
+  log "restart-login: sshd and ${#pids[@]} process(es) of the login node killed, back in $down s"
+  power_cut "${pids[@]}"
+  rm -f "$D/run/sshd.pid"
+  sleep "$down"
+  start_sshd
+  log "restart-login: sshd started"
+}
+
 cmd_status() {
   local ok=0 n name f pid
   local names=(munged)
@@ -1138,7 +1235,7 @@ EOF
 }
 
 usage() {
-  echo "usage: [GLM_CLUSTER_RELEASE=bookworm|trixie|sid] $0 install|start|stop|status|restart-controller [SECONDS]|smoke|env|exec CMD..." >&2
+  echo "usage: [GLM_CLUSTER_RELEASE=bookworm|trixie|sid] $0 install|start|stop|status|restart-controller [SECONDS]|restart-node NODE [SECONDS]|restart-login [SECONDS]|smoke|env|exec CMD..." >&2
   exit 2
 }
 
@@ -1148,7 +1245,7 @@ if [ "$RELEASE" != bookworm ] && [ -z "$IN_ROOT" ]; then
     start) root_start ;;
     stop) root_stop ;;
     status) root_status ;;
-    restart-controller | smoke) root_ns_pid >/dev/null || die "root $RELEASE not running: '$0 start'"; in_root_cluster "$@" ;;
+    restart-controller | restart-node | restart-login | smoke) root_ns_pid >/dev/null || die "root $RELEASE not running: '$0 start'"; in_root_cluster "$@" ;;
     env) root_env ;;
     exec) shift; root_exec "$@" ;;
     *) usage ;;
@@ -1162,6 +1259,8 @@ case ${1-} in
   stop) cmd_stop ;;
   status) cmd_status ;;
   restart-controller) cmd_restart_controller "${2-}" ;;
+  restart-node) cmd_restart_node "${2-}" "${3-}" ;;
+  restart-login) cmd_restart_login "${2-}" ;;
   smoke) cmd_smoke ;;
   env) cmd_env ;;
   exec) shift; exec "$@" ;;
