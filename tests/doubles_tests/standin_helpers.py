@@ -27,6 +27,8 @@ SEED_MODEL = "zai-org/GLM-5.3-Flash"
 
 sys.path.insert(0, os.path.join(REPO, "tests", "tooling", "sglang_cli"))
 import check_args  # noqa: E402  pylint: disable=wrong-import-position,import-error
+sys.path.insert(0, os.path.join(REPO, "tests", "tooling"))
+from procs import sglang_pids  # noqa: E402,F401  pylint: disable=wrong-import-position,import-error,unused-import
 
 KEY = "0123abcd" * 6
 #: the seed guide's serve.sbatch step; {mem}: --mem-fraction-static, {extra}: more flag lines before --host (its

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from standin_helpers import KEY, REPO, STANDINS, STANDIN_PYTHONPATH, free_port, wait_for
+from standin_helpers import KEY, REPO, STANDINS, STANDIN_PYTHONPATH, free_port, sglang_pids, wait_for
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 PLAYBOOK = """
@@ -92,21 +92,8 @@ def single(tmp_path_factory, model_dir):
 
 
 def sglang_pid(job_id):
-    """The SGLang stand-in process of this job (its environment names the job)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as handle:
-                cmdline = handle.read().split(b"\0")
-            with open("/proc/%s/environ" % pid, "rb") as handle:
-                environ = handle.read().split(b"\0")
-        except OSError:
-            continue
-        # python3 -m sglang.launch_server itself (srun's and bash -c's command lines name it too)
-        if cmdline[1:3] == [b"-m", b"sglang.launch_server"] and ("SLURM_JOB_ID=%s" % job_id).encode() in environ:
-            return int(pid)
-    return None
+    """The SGLang stand-in process of this job, or None."""
+    return (sglang_pids(job_id) or [None])[0]
 
 
 def stop(proc):

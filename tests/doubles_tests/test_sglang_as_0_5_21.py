@@ -169,9 +169,9 @@ def test_priority_scheduling_metrics_and_the_readers_count_the_totals(servers, m
     sys.path.insert(0, os.path.join(REPO, "roles", "router", "files"))
     import glm_router  # pylint: disable=import-error,import-outside-toplevel
     assert glm_router.busy_requests(server.url) == 2
-    watch = os.path.join(REPO, "roles", "server", "files", "activity_watch.bash")
-    awk = re.search(r"awk '\n(.*?)'\)", open(watch, encoding="utf-8").read(), re.S).group(1)
-    sums = subprocess.run(["awk", awk], input=text, capture_output=True, text=True, check=True).stdout.split()
-    assert sums[1:3] == ["2", "0"], sums              # running, queued
+    functions = os.path.join(REPO, "roles", "server", "files", "serve_ready.bash")
+    sums = subprocess.run(["bash", "-c", 'source "$0" && glm_sglang_load', functions], input=text, capture_output=True,
+                          text=True, check=True).stdout.split()
+    assert sums[1:] == ["2", "0", "1"] and sums[0].isdigit(), sums     # served so far, running, queued, SGLang's
     for thread in busy:
         thread.join()

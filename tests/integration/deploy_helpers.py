@@ -33,6 +33,8 @@ from ansible_collections.glm.serve.plugins.module_utils.slurm_parse import ENDIN
 
 import cluster_target as target  # noqa: E402  (GLM_CLUSTER_RELEASE picks the cluster: host or a Debian root)
 from cluster_target import CLUSTER, LOGIN_USER  # noqa: E402,F401
+sys.path.insert(0, os.path.join(REPO, 'tests', 'tooling'))
+from procs import sglang_pids  # noqa: E402,F401  pylint: disable=import-error,unused-import
 
 BIN = os.path.dirname(sys.executable)
 SSH = ['ssh', '-i', target.SSH_KEY, '-o', 'UserKnownHostsFile=%s' % target.KNOWN_HOSTS,

@@ -97,8 +97,10 @@ def test_a_login_node_restart_during_the_deploys_wait_is_ridden_out(tmp_path):
     try:
         started = time.monotonic()
         thread.start()
-        while time.monotonic() < started + 180 and not any(row[1] == LR_SERVE and row[2] == 'RUNNING'
-                                                             for row in live_jobs(lambda n: n in names)):
+
+        def loading():
+            return any(row[1] == LR_SERVE and row[2] == 'RUNNING' for row in live_jobs(lambda n: n in names))
+        while time.monotonic() < started + 180 and not loading():
             time.sleep(2)
         time.sleep(8)                                              # the server loading, the deploy in its wait
         restart = subprocess.run([CLUSTER, 'restart-login', '15'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -110,7 +112,7 @@ def test_a_login_node_restart_during_the_deploys_wait_is_ridden_out(tmp_path):
         took = time.monotonic() - started
         assert proc.returncode == 0, proc.stdout[-6000:]
         assert 'serves glm-5.3-flash' in proc.stdout, proc.stdout[-3000:]
-        servers = [row for row in live_jobs(lambda n: n == LR_SERVE)]
+        servers = live_jobs(lambda n: n == LR_SERVE)
         assert len(servers) == 1, servers                          # the wait went on: nothing submitted twice
         print('\nCONTINUITY: the login node restarted (down 15 s) during the deploy\'s wait: the deploy ended ready after '
               '%.0f s, one server job (%s)' % (took, restart.stdout.strip().replace('\n', '; ')))

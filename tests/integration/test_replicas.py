@@ -30,7 +30,8 @@ import time
 import pytest
 
 from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, SSH, chown_login, cmdlines_holding, files_holding, isolated_vars,
-                            live_jobs, login_home, recap, require_cluster, router_wheels, run_playbook, scancel_names, ssh)
+                            live_jobs, login_home, recap, require_cluster, router_wheels, run_playbook, scancel_names,
+                            sglang_pids, ssh)
 
 WORK = 'glm-it-replicas'
 DOWNLOAD, SERVE = 'it-rp-download', 'it-rp-serve'
@@ -213,24 +214,6 @@ def test_a_cancelled_replica_costs_no_request_and_a_deploy_brings_it_back(env):
     assert chats(4) == [200] * 4
 
 
-def sglang_pids(job_id):
-    """Host pids of the SGLang stand-in of a job (its environment names the job), on this machine, which the nodes
-    share (a root's processes are in the host's /proc too)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir('/proc')):
-        try:
-            with open('/proc/%s/cmdline' % pid, 'rb') as handle:
-                argv = handle.read().split(b'\0')
-            with open('/proc/%s/environ' % pid, 'rb') as handle:
-                environ = handle.read().split(b'\0')
-        except OSError:
-            continue
-        # python3 -m sglang.launch_server itself (srun's and bash -c's command lines name it too)
-        if argv[1:3] == [b'-m', b'sglang.launch_server'] and ('SLURM_JOB_ID=%s' % job_id).encode() in environ:
-            pids.append(int(pid))
-    return pids
-
-
 def test_sglang_killed_in_a_replica_is_restarted_in_its_job_and_costs_no_request(env):
     """SGLang dies inside a healthy job (SIGKILL: the OOM killer, a scheduler's crash): the replica leaves the router,
     SGLang starts again in the same job (GPU check first, after server_restart_delay) and joins again once it passed
@@ -324,8 +307,8 @@ def test_a_rolling_restart_of_the_compute_nodes_under_load(env):
                     break
                 time.sleep(2)
             assert healthy == [(SERVE, True), (SERVE + '-2', True)], (healthy, jobs())
-            figures.append('%s (job %s on %s): back behind the router %.0f s after its node' % (name, job_id, node,
-                                                                                              time.monotonic() - back_at))
+            took = time.monotonic() - back_at
+            figures.append('%s (job %s on %s): back behind the router %.0f s after its node' % (name, job_id, node, took))
         time.sleep(10)
         assert jobs() == before                                        # the same job ids, requeued and running again
     finally:

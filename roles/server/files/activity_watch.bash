@@ -8,8 +8,7 @@
 # SIGTERM, so SGLang shuts down cleanly (a SIGTERM to srun would make srun kill the step with SIGKILL); the job
 # then ends COMPLETED.
 # Until the server first answers (minutes of loading) nothing counts as idle.
-# The metrics are read with awk, not a Prometheus parser: this runs on the node, outside the container, where the
-# node's own tools are all there is; it reads three sample values by their names from lines `name{labels} value`.
+# The metrics are read by glm_sglang_load (serve_ready.bash, included before this in serve.sbatch).
 glm_watch_activity() {
   local server_pid=$1 url=$2 file=$3 interval=$4 idle=$5 idle_text=$6 stop_file=$7
   local now last_active= total= last_total= running queued text sums
@@ -21,13 +20,7 @@ glm_watch_activity() {
     sleep "$interval"
     # -f: an HTTP error is no reading; --noproxy: the node itself, never through a proxy the job inherited
     text=$(curl -sf --noproxy '*' --max-time 10 "$url") || continue
-    # with --enable-priority-scheduling each priority has a series beside the total (priority=""): skip those
-    sums=$(printf '%s\n' "$text" | awk '
-      $1 ~ /[{,]priority="[^"]/ { next }
-      $1 ~ /^sglang:num_requests_total(\{|$)/ { t += $NF; seen = 1 }
-      $1 ~ /^sglang:num_running_reqs(\{|$)/ { r += $NF }
-      $1 ~ /^sglang:num_queue_reqs(\{|$)/ { q += $NF }
-      END { printf "%d %d %d %d", t, r, q, seen }')
+    sums=$(printf '%s\n' "$text" | glm_sglang_load)    # serve_ready.bash
     read -r total running queued seen <<< "$sums" || continue
     [ "$seen" = 1 ] || continue     # not SGLang's metrics (yet): nothing to learn from it
     now=$(date +%s)

@@ -35,22 +35,35 @@ glm_await_ready() {
   fi
 }
 
+# glm_sglang_load: SGLang's /metrics text on stdin; prints "TOTAL RUNNING QUEUED SEEN": the requests it has served,
+# those running and those queued now, and 1 when the text is SGLang's (num_requests_total is there), else 0. With
+# --enable-priority-scheduling each priority has a series beside the total (priority=""): those are skipped. awk, not a
+# Prometheus parser: this runs on the node, outside the container, where the node's own tools are all there is. Read
+# by the drain (glm_drain) and the activity watch (activity_watch.bash).
+glm_sglang_load() {
+  awk '
+    $1 ~ /[{,]priority="[^"]/ { next }
+    $1 ~ /^sglang:num_requests_total(\{|$)/ { t += $NF; seen = 1 }
+    $1 ~ /^sglang:num_running_reqs(\{|$)/ { r += $NF }
+    $1 ~ /^sglang:num_queue_reqs(\{|$)/ { q += $NF }
+    END { printf "%d %d %d %d", t, r, q, seen }'
+}
+
 # glm_drain SERVER_PID REPLICA_FILE METRICS_URL SECONDS: Slurm's USR1, SECONDS before the job's time limit
 # (sbatch --signal=B:USR1@SECONDS, server_drain_before). The replica leaves the router, waits 10 s (the router drops
 # it within its sync interval), then until SGLang's /metrics shows no running or queued request (at most until 15 s
 # before the limit; at once without metrics), then asks SGLang to stop through GLM_STOP_FILE (the step's loop sends
 # it a SIGTERM) and waits for it: the job ends COMPLETED before Slurm's SIGTERM, with no request cut.
 glm_drain() {
-  local server_pid=$1 replica_file=$2 url=$3 seconds=$4 started=$SECONDS text busy
+  local server_pid=$1 replica_file=$2 url=$3 seconds=$4 started=$SECONDS text running queued
   glm_leave_router "$replica_file"
   echo "[glm.serve] the time limit is $seconds s away (server_drain_before): left the router; finishing the requests in flight, then stopping SGLang"
   sleep 10 &
   wait $! || true
   while kill -0 "$server_pid" 2> /dev/null && [ $((SECONDS - started)) -lt $((seconds - 15)) ]; do
     text=$(curl -sf --noproxy '*' --max-time 5 "$url") || break
-    busy=$(printf '%s\n' "$text" | awk '$1 ~ /[{,]priority="[^"]/ { next }
-      $1 ~ /^sglang:num_(running|queue)_reqs(\{|$)/ { n += $NF } END { printf "%d", n }')
-    [ "${busy:-0}" -gt 0 ] || break
+    read -r _ running queued _ <<< "$(printf '%s\n' "$text" | glm_sglang_load)" || break
+    [ $((running + queued)) -gt 0 ] || break
     sleep 1
   done
   : > "$GLM_STOP_FILE"
