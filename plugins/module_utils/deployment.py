@@ -28,7 +28,7 @@ from ansible_collections.glm.serve.plugins.module_utils import usage as usage_fi
 from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes
 from ansible_collections.glm.serve.plugins.module_utils.job_actions import INFO_KEYS, probe_job
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import is_ending, is_live
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import is_ending, is_live, successor_ids
 from ansible_collections.glm.serve.plugins.module_utils.job_wait import make_probe
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError
 
@@ -36,6 +36,10 @@ from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import Acti
 FIELDS = tuple(f for f in sp.SQUEUE_FIELDS if f[0] != 'name') + (('comment', '%k'), ('name', '%j'))
 #: the gateway (smg 1.13, as sglang-router 0.3.2) counts each request it passed to a worker, by worker URL
 SERVED_RE = re.compile(r'(?m)^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} ([0-9]+)')
+#: and each answer it gave its clients, by path and HTTP status (smg_http_responses_total{path=...,status_code=...})
+ANSWERED_RE = re.compile(r'(?m)^smg_http_responses_total\{[^}]*status_code="([0-9]+)"[^}]*\} ([0-9.e+]+)')
+#: squeue's dependency of a successor (``after:41+50(unfulfilled)``): the job it follows, the minutes after its start
+AFTER_MINUTES_RE = re.compile(r'(?:^|[,?])after:(\d+)\+(\d+)')
 
 
 def _id_key(job_id):
@@ -68,9 +72,70 @@ def list_jobs(ctx, layout):
 
 
 def live_last(jobs):
-    """The newest live job of a list, else {}."""
+    """The newest live job of a list (oldest first) that is no other's successor (``service_until``: it serves while
+    its successor waits), else {}."""
     live = [j for j in jobs if j['live']]
-    return live[-1] if live else {}
+    later = successor_ids(live)
+    current = [j for j in live if j['job_id'] not in later] or live
+    return current[-1] if current else {}
+
+
+def router_answers(text):
+    """{'total': N, 'failed': M} of the gateway's answers to its clients since it started (M: 5xx), None without."""
+    counts = [(int(code), float(n)) for code, n in ANSWERED_RE.findall(text or '')]
+    if not counts:
+        return None
+    return {'total': int(sum(n for _c, n in counts)), 'failed': int(sum(n for c, n in counts if c >= 500))}
+
+
+def read_handovers(path):
+    """The handovers of the deployment's replicas to their successors (the layout's handovers file, a line each:
+    END NAME OLD_ID NEW_ID NEW_START GPUS): {'count', 'by_replica', 'overlap_gpu_hours', 'last'}; None when the file
+    is not there (no successor has taken over since the service started)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError, TypeError):
+        return None
+    entries = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 6 or not parts[0].isdigit():
+            continue
+        end, name, old, new, start, gpus = parts
+        overlap = int(end) - int(start) if start.isdigit() and int(start) <= int(end) else None
+        entries.append({'time': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(int(end))), 'replica': name, 'from': old,
+                        'to': new, 'overlap_seconds': overlap, 'gpus': int(gpus) if gpus.isdigit() else None})
+    by_replica = {}
+    for entry in entries:
+        by_replica[entry['replica']] = by_replica.get(entry['replica'], 0) + 1
+    gpu_seconds = sum(e['overlap_seconds'] * e['gpus'] for e in entries if e['overlap_seconds'] is not None and e['gpus'])
+    return {'count': len(entries), 'by_replica': by_replica, 'overlap_gpu_hours': round(gpu_seconds / 3600.0, 3),
+            'last': entries[-1] if entries else None}
+
+
+def successors(jobs):
+    """The successors waiting in a deployment's jobs (server_successors_until): [{'replica', 'job_id', 'after',
+    'starts'}], 'starts' the time Slurm lets it start (the job it follows started, END - LIMIT, plus the minutes of
+    its after:ID+MINUTES), None when that job's times are not known."""
+    by_id = dict((str(j['job_id']), j) for j in jobs)
+    out = []
+    for job in jobs:
+        found = AFTER_MINUTES_RE.search(job.get('dependency') or '') if job.get('state') == 'PENDING' else None
+        before = by_id.get(found.group(1)) if found else None
+        if before is None:
+            continue
+        starts = None
+        end, limit = sp.parse_time(before.get('end_time')), before.get('time_limit')
+        if end is not None and before.get('state') == 'RUNNING':
+            try:
+                seconds = sp.duration_seconds(limit)
+            except ValueError:
+                seconds = None
+            if seconds is not None:
+                starts = time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(end - seconds + int(found.group(2)) * 60))
+        out.append({'replica': job.get('name'), 'job_id': job['job_id'], 'after': before['job_id'], 'starts': starts})
+    return out
 
 
 def read_json(path):
@@ -168,11 +233,12 @@ class View(object):
         workers = (workers_doc or {}).get('workers') or [] if isinstance(workers_doc, dict) else []
         if workers_doc is None and not router and not replicas:
             return None
-        served = {}
+        served, answers = {}, None
         if router and router['state'] == 'RUNNING' and router.get('nodes'):
             code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'], '/metrics', body=True)
             served = dict((u, n) for u, n in SERVED_RE.findall(text or '')) if code == 200 else {}
-        return {'job': router or None, 'workers': workers, 'requests_served': served}
+            answers = router_answers(text) if code == 200 else None
+        return {'job': router or None, 'workers': workers, 'requests_served': served, 'answers': answers}
 
     def build(self):
         layout, params = self.layout, self.params
@@ -207,5 +273,6 @@ class View(object):
             endpoint_file=endpoint_vars, endpoint_file_text=endpoint_text, tunnel_to=tunnel_to, relay=os.path.exists(layout.relay_file),
             router=self.router_view(router, others, probe), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
             usage=usage_file.view(usage_file.read_usage(layout.usage_file)),
+            handovers=read_handovers(layout.handovers_file), successors=successors(jobs),
             bad_node_ttl=params['bad_node_ttl'], probe_error=probe_error, time=int(time.time()),
             polls=self.ctx.cli.polls, accounting_calls=self.ctx.cli.accounting_calls, **dict(said, **http))

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 import time
 from collections import namedtuple
 
@@ -53,6 +54,20 @@ def is_ending(job):
 def is_dead_pending(job):
     """A PENDING job whose dependency can never be satisfied: it will never run."""
     return job.get('state') == 'PENDING' and job.get('reason') == sp.NEVER_SATISFIED
+
+
+#: Slurm's ``after:ID[+MINUTES]`` in squeue's dependency column (``after:1300+1(unfulfilled)``; several joined by
+#: "," or "?"): not afterok, afterany, afternotok
+AFTER_RE = re.compile(r'(?:^|[,?])after:(\d+)')
+
+
+def successor_ids(jobs):
+    """The ids of the jobs of the list that are the successor of another one: PENDING on ``after:ID`` of a job of the
+    list (glm.serve.server's ``service_until``: a serving job submits the next one of its name so, to start before
+    its own time limit). The job a name stands for is one of the others."""
+    ids = set(str(j.get('job_id')) for j in jobs)
+    return [j['job_id'] for j in jobs if j.get('state') == 'PENDING'
+            and any(i in ids and i != str(j['job_id']) for i in AFTER_RE.findall(j.get('dependency') or ''))]
 
 
 def id_key(job_id):

@@ -41,6 +41,12 @@ KEYS_DIR = 'keys'
 GATEWAY_KEYS = 'gateway-keys.json'
 USAGE = 'usage.json'
 GATEWAY_CONFIG = 'gateway-config.json'
+#: A line per handover of a replica to its successor (server_successors_until), appended by the job that hands over
+#: once it has drained: ``END_EPOCH NAME OLD_ID NEW_ID NEW_START_EPOCH GPUS`` (successor.bash; deployment.read_handovers).
+HANDOVERS = 'handovers.log'
+#: The service's end for the replicas' successors, written by the teardown before it cancels (empty: now; else
+#: glm_stop_at): no successor starts or is submitted past it (successor.bash, glm_service_end); a deploy removes it.
+SERVICE_END = 'service-end'
 #: The team of the service key (glm_api_key_file): the operator's, and the only one when glm_api_keys is unset.
 DEFAULT_TEAM = 'default'
 #: %-style patterns of the per-job files (``pattern % {'name': ..., 'job_id': ...}``); the log is sbatch's
@@ -146,6 +152,14 @@ class Layout(object):
     def gateway_config_file(self):
         return self.path(GATEWAY_CONFIG)
 
+    @property
+    def handovers_file(self):
+        return self.path(HANDOVERS)
+
+    @property
+    def service_end_file(self):
+        return self.path(SERVICE_END)
+
     def replica_url_file(self, name):
         return os.path.join(self.replicas_dir, REPLICA_URL % {'name': name})
 
@@ -168,7 +182,8 @@ class Layout(object):
             'files': {'bad_nodes': self.bad_nodes_file, 'router_workers': self.router_workers_file,
                       'replicas_dir': self.replicas_dir, 'relay': self.relay_file, 'keys_dir': self.keys_dir,
                       'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
-                      'gateway_config': self.gateway_config_file,
+                      'gateway_config': self.gateway_config_file, 'handovers': self.handovers_file,
+                      'service_end': self.service_end_file,
                       'replica_urls': dict((n, self.replica_url_file(n)) for n in names)},
             'patterns': {'log': LOG, 'activity': ACTIVITY, 'replica_url': REPLICA_URL, 'sbatch_output': SBATCH_OUTPUT},
         }

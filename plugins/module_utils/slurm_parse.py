@@ -276,6 +276,26 @@ def parse_time(value):
         return None
 
 
+def duration_seconds(value):
+    """Seconds of a Slurm duration (``--time``, squeue's ``%l``): ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
+    ``D-HH:MM``, ``D-HH:MM:SS``; None for ``UNLIMITED``/``INFINITE``. ValueError when it is none of those."""
+    text = str(value).strip()
+    if text.upper() in ('UNLIMITED', 'INFINITE'):
+        return None
+    days, sep, rest = text.rpartition('-')
+    parts = rest.split(':')
+    if not all(p.isdigit() for p in parts) or len(parts) > 3 or (sep and not days.isdigit()):
+        raise ValueError('not a Slurm time limit: %r' % (value,))
+    numbers = [int(p) for p in parts]
+    if days:                                        # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+    elif len(numbers) == 3:                         # HH:MM:SS
+        hours, minutes, seconds = numbers
+    else:                                           # MM, MM:SS
+        hours, (minutes, seconds) = 0, (numbers + [0])[:2]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
 def parse_scontrol_jobs(text):
     """Parse ``scontrol show job [ID]`` output into job dicts (see scontrol_to_job)."""
     return [scontrol_to_job(r) for r in parse_scontrol_records(text)]

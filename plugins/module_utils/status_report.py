@@ -62,6 +62,27 @@ def router_lines(router, replicas, policy):
     return lines
 
 
+def continuity_lines(info):
+    """The service's continuity (server_successors_until): the next handovers (the successors waiting), the handovers
+    so far and their overlap, the router's failed answers; nothing when no successor was ever there."""
+    waiting, done = info.get('successors') or [], info.get('handovers')
+    if not waiting and not done:
+        return []
+    out = ['next handover: %s job %s (after job %s) starts %s' % (
+        s['replica'], s['job_id'], s['after'], 'about %s' % s['starts'] if s.get('starts') else 'once that job runs')
+        for s in waiting] or ['next handover: none waiting']
+    if done:
+        last = done['last']
+        out.append('handovers: %d (%s), overlap %.2f GPU-hours; the last %s, %s job %s to %s%s' % (
+            done['count'], ', '.join('%s %d' % kv for kv in sorted(done['by_replica'].items())), done['overlap_gpu_hours'],
+            last['time'], last['replica'], last['from'], last['to'],
+            ' (%d s overlap)' % last['overlap_seconds'] if last.get('overlap_seconds') is not None else ''))
+    answers = (info.get('router') or {}).get('answers')
+    if answers:
+        out.append('router answers since it started: %d, failed (5xx) %d' % (answers['total'], answers['failed']))
+    return out
+
+
 def every(seconds):
     """3600 -> '1 h', 120 -> '2 min', 45 -> '45 s'."""
     seconds = int(seconds)
@@ -145,7 +166,7 @@ def lines(info, load, settings):
     jobs = [job_line(j) for j in status_jobs(info)] or ['jobs: none']
     bad = info.get('bad_nodes') or {}
     endpoint_file = info.get('endpoint_file_text')
-    return jobs + router_lines(info.get('router'), info.get('replicas') or [], settings['router_policy']) + [
+    return jobs + router_lines(info.get('router'), info.get('replicas') or [], settings['router_policy']) + continuity_lines(info) + [
         'progress: %s' % info['progress'],
         load_line(load, info.get('metrics_status'), info.get('activity')),
         'endpoint: %s' % (info['endpoint'] if server.get('state') == 'RUNNING' else 'none (no running server)'),
@@ -184,4 +205,6 @@ def document(info, load, settings, now=None):
                    'requests_served': router.get('requests_served') or {}} if job else None,
         'replicas': info.get('replicas') or [],
         'usage': info.get('usage'),
+        'continuity': {'successors': info.get('successors') or [], 'handovers': info.get('handovers'),
+                       'router_answers': (router or {}).get('answers')},
     }

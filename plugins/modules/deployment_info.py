@@ -131,9 +131,26 @@ router:
   description:
     - None without a router (no workers file, no router job, no other replica). Else C(job) (the live router job or
       None), C(workers) (from C(router-workers.json) - C(url), C(replica), C(healthy), C(draining)) and
-      C(requests_served) (C({url - count}) from the router's metrics).
+      C(requests_served) (C({url - count}) from the router's metrics), C(answers) (C({total, failed}), the answers the
+      router gave its clients since its job started and how many were 5xx, from its metrics; None when not read).
   returned: always
   type: dict
+handovers:
+  description:
+    - The replicas' handovers to their successors (C(server_successors_until)), from the work dir's
+      C(layout.files.handovers); None when there is none. C(count), C(by_replica) (C({name - count})),
+      C(overlap_gpu_hours) (the GPU-hours both jobs of each handover held, from the successor's start to the old job's
+      end), C(last) (C(time), C(replica), C(from) and C(to) job ids, C(overlap_seconds), C(gpus)).
+  returned: always
+  type: dict
+successors:
+  description:
+    - The successors waiting (PENDING on C(after:ID+MINUTES) of a job of the deployment) - C(replica) (the job name),
+      C(job_id), C(after) (the job it follows), C(starts) (when Slurm lets it start, C(YYYY-MM-DDTHH:MM:SS), None when
+      the job it follows does not run).
+  returned: always
+  type: list
+  elements: dict
 endpoint:
   description: C(http://NODE:PORT/v1) of the running server, else None.
   returned: always

@@ -145,6 +145,37 @@ def test_a_replica_taken_out_is_drained_before_it_counts_as_out(servers, model_d
     assert "replica glm-serve-2 at %s is out of the router" % slow.url in r.log
 
 
+def test_a_replicas_successor_takes_its_place_with_no_request_failing(servers, model_dir, router):
+    """server_successors_until: the replica's file names its successor's address (the same replica name). The old
+    worker stays until the new one is healthy in the router (SWAP_HOLD), then goes: requests sent all along, one every
+    50 ms, are all answered, and the new replica serves the ones after."""
+    old = servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5")
+    new = servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5")
+    r = router()
+    wait_for(lambda: r.endpoint.exists() or r.proc.poll() is not None, 30)
+    r.announce("glm-serve", old)
+    wait_for(lambda: [w["url"] for w in r.workers().values() if w["is_healthy"]] == [old.url], 30)
+    statuses, stop = [], threading.Event()
+
+    def send():
+        while not stop.is_set():
+            statuses.append(chat(r.url)[0])
+            time.sleep(0.05)
+    thread = threading.Thread(target=send)
+    thread.start()
+    try:
+        time.sleep(1)
+        r.announce("glm-serve", new)                                    # the successor passed its gate
+        wait_for(lambda: list(r.workers()) == [new.url], 30)
+        time.sleep(1)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    assert "replica glm-serve moves from %s to %s: the old worker stays until the new one is healthy" % (old.url, new.url) in r.log
+    assert r.served().get(new.url, 0) > 0
+
+
 @pytest.mark.parametrize("case, message", [
     ("argv", "give the key in --key-file, not --api-key"),
     ("empty", "no API key in"),

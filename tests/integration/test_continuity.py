@@ -11,6 +11,11 @@ resolution, up to a minute more) before its limit. The two were submitted togeth
 with no successor yet (the next part of issue 25), the router is left with none: this case checks the drain, not
 an unbroken service.
 
+A replica whose jobs are followed by their successors (server_successors_until): each job submits the next one
+(sbatch --dependency=after:ITS_ID+MINUTES), which loads on the other GPU node, passes the gate, takes the replica's
+place in the router, and the old job drains and ends COMPLETED; under steady load through the router, no request
+fails and the URL stays the same.
+
 A login node that restarts (the platform's own fault: sshd and every session killed) while a deploy waits for its
 server: ssh is tried again (ansible.cfg's retries) and the wait goes on where it was."""
 
@@ -18,7 +23,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -26,8 +33,8 @@ import time
 
 import pytest
 
-from deploy_helpers import (CLUSTER, ROUTER_WHEELS, isolated_vars, live_jobs, login_home, require_cluster, router_wheels, run_playbook,
-                            scancel_names, ssh)
+from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, login_home, recap,
+                            require_cluster, router_wheels, run_playbook, scancel_names, ssh)
 
 pytestmark = pytest.mark.continuity
 
@@ -121,3 +128,120 @@ def test_a_login_node_restart_during_the_deploys_wait_is_ridden_out(tmp_path):
         run_playbook('teardown.yml', dict(extra, glm_teardown_download=True), str(tmp_path))
         scancel_names(names)
         shutil.rmtree(work, ignore_errors=True)
+
+
+SC_WORK, SC_DOWNLOAD, SC_SERVE = 'glm-it-successors', 'it-sc-download', 'it-sc-serve'
+#: the steady load's length: 5 to 6 handovers of 3-minute jobs whose successors start after one minute
+LOAD_SECONDS = 420
+
+
+def sacct_rows(name, since):
+    """[job id, state, start, end] of the jobs of NAME submitted since SINCE (the login node's YYYY-MM-DDTHH:MM:SS)."""
+    out = ssh("sacct -X -n -P --name=%s -S %s -o JobID,State,Start,End" % (name, since))
+    return [line.split('|') for line in out.splitlines() if line.strip()]
+
+
+def test_successors_keep_one_replica_answering_through_its_time_limits(tmp_path):
+    """One replica behind the router (router_enabled), 3-minute jobs (server_time), server_drain_before=30,
+    server_handover_lead=90: each job submits its successor to start (180 - 90) s after it started, a whole minute
+    of after:ID+1 (Slurm counts minutes; it starts the job up to half a minute later still); the successor loads on
+    the other GPU node (the local cluster has two: one replica is what can hand over without a third), passes the
+    gate, takes the replica's place (the router keeps the old worker until the new one is healthy); the old job
+    drains and ends COMPLETED, before its limit. Under 5 requests a second through the router (a quarter streamed)
+    for LOAD_SECONDS: no request fails, the endpoint file is the same, at least 4 handovers; a deploy in the middle
+    adopts the serving job (not its waiting successor) and changes nothing; status shows the handovers; teardown
+    leaves no job, the waiting successor included, and none starts after it."""
+    require_cluster()
+    names = [SC_DOWNLOAD, SC_SERVE, SC_SERVE + '-router']
+    work = os.path.join(login_home(), SC_WORK)
+    extra = isolated_vars(SC_WORK, SC_DOWNLOAD, SC_SERVE, router_enabled=True, server_time='00:03:00', server_drain_before=30,
+                          server_successors_until='forever', server_handover_lead=90, router_time='00:30:00',
+                          server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'},
+                          router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
+                          router_sync_interval=2, router_health_check_interval=2, router_host='node')
+    scancel_names(names)
+    shutil.rmtree(work, ignore_errors=True)
+    router_wheels()
+    since = ssh('date +%Y-%m-%dT%H:%M:%S').strip()
+    load = None
+    try:
+        proc = run_playbook('deploy.yml', extra, str(tmp_path), timeout=900)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        endpoint = ssh('cat ~/%s/endpoint' % SC_WORK)
+        base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
+        router_node = live_jobs(lambda n: n == SC_SERVE + '-router')[0]
+        node = ssh("squeue --me -h -j %s -o '%%N'" % router_node[0]).strip()
+        loadgen = os.path.join(work, 'it-loadgen.py')
+        shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
+        chown_login(loadgen)
+        load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
+                                       '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, SC_WORK, LOAD_SECONDS, node, work)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+        started = time.monotonic()
+        again = None
+        while time.monotonic() < started + LOAD_SECONDS:
+            time.sleep(10)
+            done = [r for r in sacct_rows(SC_SERVE, since) if r[1] == 'COMPLETED']
+            if again is None and len(done) >= 2:
+                # a deploy while a job serves and its successor waits: it adopts the serving one, submits nothing
+                before = sorted(row[0] for row in live_jobs(lambda n: n in names))
+                again = run_playbook('deploy.yml', extra, str(tmp_path), timeout=600)
+                (tmp_path / 'again.out').write_text(again.stdout)
+                assert again.returncode == 0, again.stdout[-4000:]
+                changed = re.findall(r'(?m)^TASK \[([^\]]+)\][^\n]*\n(?:(?!TASK \[).*\n)*?changed: .*$', again.stdout)
+                assert recap(again)[0] == 0, (changed, again.stdout[-3000:])
+                assert 'live jobs are named' not in again.stdout, again.stdout[-4000:]
+                after = sorted(row[0] for row in live_jobs(lambda n: n in names))
+                assert set(after) - set(before) <= set(r[0] for r in sacct_rows(SC_SERVE, since)), (before, after)
+        out, err = load.communicate(timeout=120)
+        summary = json.loads(out.strip().splitlines()[-1])
+        rows = sacct_rows(SC_SERVE, since)
+        completed = [r for r in rows if r[1] == 'COMPLETED']
+        logs = [ssh('cat ~/%s/%s-%s.out' % (SC_WORK, SC_SERVE, r[0]), check=False) for r in completed]
+        took_over = [log for log in logs if "took the replica's place (server_successors_until)" in log]
+        assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, summary
+        assert len(took_over) >= 4, (rows, [log[-800:] for log in logs])
+        assert all('successor job' in log for log in logs), [log[-800:] for log in logs]
+        assert ssh('cat ~/%s/endpoint' % SC_WORK) == endpoint
+        assert again is not None
+        # status: the next handover (the successor waiting), the handovers so far with their overlap, the router's
+        # failed answers (its metrics); the handovers file has a line per log that says its job was taken over
+        # (the chain goes on meanwhile: the file is read first, status may count one more)
+        handovers = [line for line in ssh('cat ~/%s/handovers.log' % SC_WORK).splitlines() if line.strip()]
+        status = run_playbook('status.yml', dict(extra, glm_status_json=str(tmp_path / 'status.json')), str(tmp_path))
+        assert status.returncode == 0, status.stdout[-4000:]
+        doc = json.loads((tmp_path / 'status.json').read_text())['continuity']
+        count = doc['handovers']['count']
+        assert count in (len(handovers), len(handovers) + 1) and len(handovers) >= len(took_over), (doc, handovers)
+        assert 'handovers: %d (%s %d), overlap ' % (count, SC_SERVE, count) in status.stdout
+        assert 'next handover: %s job ' % SC_SERVE in status.stdout
+        # since the router started: the load's answers and the deploys' own probes (a 503 while the router starts
+        # with no replica yet counts there; the load saw none, above)
+        assert doc['router_answers'] and doc['router_answers']['total'] >= summary['sent'], doc
+        overlaps = [int(h[0]) - int(h[4]) for h in (line.split() for line in handovers) if h[4].isdigit()]
+        print('\nCONTINUITY: one replica of 3-minute jobs, successors 1 minute after each start: %d handovers in %.0f s, jobs %s; %d requests, '
+              'outcomes %s (streamed %s), p50 %s ms p99 %s ms, the URL unchanged; overlap %s GPU-hours (%s); router '
+              'answers %s' % (
+                  len(took_over), summary['seconds'], '; '.join('%s %s %s-%s' % tuple(r) for r in rows), summary['sent'],
+                  summary['outcomes'], summary['streamed'], summary['latency_ms']['p50'], summary['latency_ms']['p99'],
+                  doc['handovers']['overlap_gpu_hours'], ', '.join('%d s' % o for o in overlaps), doc['router_answers']))
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+        # the jobs' logs and the requests' lines, for a failure's reader (pytest's tmp dir)
+        shutil.copytree(work, str(tmp_path / 'work'), ignore=shutil.ignore_patterns('api-key', '.*'), dirs_exist_ok=True)
+        down = run_playbook('teardown.yml', dict(extra, glm_teardown_download=True), str(tmp_path))
+        left = live_jobs(lambda n: n in names)
+        # a successor submitted in the second between the teardown's listing and its end mark waits for its start
+        # time (a minute here) and then ends at once, SGLang never started: none is left after that
+        deadline = time.monotonic() + 150
+        while live_jobs(lambda n: n in names) and time.monotonic() < deadline:
+            time.sleep(5)
+        later = live_jobs(lambda n: n in names)
+        late_logs = [ssh('cat ~/%s/%s-%s.out' % (SC_WORK, SC_SERVE, row[0]), check=False) for row in left]
+        scancel_names(names)
+        shutil.rmtree(work, ignore_errors=True)
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert later == [], (left, later)
+    assert all(row[2] in ('PENDING', 'COMPLETING') for row in left), left   # every job it listed cancelled
+    assert all('the service has ended (teardown' in log or not log for log in late_logs), late_logs

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -40,6 +43,8 @@ VARIANTS = {
     "replica": {"server_replicas": 3},
     "multinode": {"server_nodes": 2},
     "env_idle": {"server_env": {"NCCL_IB_HCA": "mlx5", "TORCH_CUDA_ARCH_LIST": "9.0"}, "server_idle_timeout": "2h"},
+    "successors": {"server_replicas": 2, "server_successors_until": "forever", "server_time": "01:00:00",
+                   "server_handover_lead": 600, "server_sbatch_args": ["--qos=high prio"]},
 }
 
 SEED_FLAGS = [
@@ -264,6 +269,11 @@ def test_real_sglang_parser_accepts_the_three_variants(rendered, tmp_path):
     ({"server_gpus": "eight"}, "server_gpus", "int"),
     ({"server_replicas": 0}, "server_replicas", "1 or more"),
     ({"server_replicas": 2, "server_min_replicas": 3}, "server_min_replicas", "from 1 to server_replicas (2)"),
+    ({"server_successors_until": "tomorrow"}, "server_successors_until", "YYYY-MM-DD or YYYY-MM-DDTHH:MM"),
+    ({"server_successors_until": "forever", "server_time": "00:10:00", "server_handover_lead": 480}, "server_handover_lead",
+     "at most server_time (00:10:00) minus server_drain_before (120) minus 60"),
+    ({"server_successors_until": "2027-01-31", "server_drain_before": 0}, "server_handover_lead",
+     "server_drain_before must be above 0"),
 ])
 def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     proc = render(tmp_path, "bad", extra)
@@ -271,3 +281,168 @@ def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     assert proc.returncode != 0
     assert variable in out and words in out, out[-3000:]
     assert not (tmp_path / "bad" / "serve.sbatch").exists()
+
+
+def test_successors_are_submitted_by_the_job_and_the_old_job_drains_when_taken_over(rendered):
+    """server_successors_until: the replica's script runs glm_continuity beside SGLang (successor.bash), with the
+    lead, the date and the deploy's own sbatch arguments; without it, nothing of it is in the script."""
+    text = rendered["successors"].read_text()
+    assert "glm_continuity() {" in text and "glm_submit_successor() {" in text
+    call = ('glm_continuity "$READY_FILE" "$REPLICA_FILE" "$SUCCESSOR_FILE" "$SERVICE_END" 600 forever \\\n  %s \'--qos=high prio\' &'
+            % str(rendered["successors"]))
+    assert call in text, text[text.index("SUCCESSOR_FILE="):][:600]
+    assert "kill ${CONTINUITY:-} 2> /dev/null || true' EXIT" in text
+    assert '"job $(cut -d\' \' -f1 "$SUCCESSOR_FILE.took-over") took the replica\'s place (server_successors_until)"' in text
+    # the handover recorded for status, in the layout's file, with the GPUs both jobs held meanwhile (8 x 1 node)
+    handovers = str(rendered["successors"].parent / "handovers.log")
+    assert 'glm_record_handover %s "$SUCCESSOR_FILE.took-over" 8\n' % handovers in text
+    assert "GLM_JOB_STARTED=$(date +%s)" in text
+    for name in ("default", "replica"):
+        assert "glm_continuity" not in rendered[name].read_text()
+
+
+SUCCESSOR_FUNCTIONS = ROOT / "roles" / "server" / "files" / "successor.bash"
+
+
+def run_functions(tmp_path, body, scontrol_line, env=None):
+    """bash with successor.bash sourced, fake scontrol (prints SCONTROL_LINE) and sbatch (records its argv, prints 77)
+    first on the PATH; returns (the completed process, sbatch's argv lines)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nprintf '%%s\\n' %s\n" % json.dumps(scontrol_line))
+    record = ('#!/bin/sh\nfor a in "$@"; do printf "%%s\\n" "$a"; done >> %s/sbatch.argv\n'
+              'echo "$GLM_SUCCESSOR_OF" > %s/sbatch.env\necho "77;glm"\n')
+    (bin_dir / "sbatch").write_text(record % (tmp_path, tmp_path))
+    for tool in ("scontrol", "sbatch"):
+        (bin_dir / tool).chmod(0o755)
+    environ = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]), SLURM_JOB_ID="41", SLURM_JOB_NAME="glm-serve-2",
+                   **(env or {}))
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail; source %s; %s" % (SUCCESSOR_FUNCTIONS, body)], env=environ,
+                          capture_output=True, text=True, timeout=60, check=False, cwd=str(tmp_path))
+    argv = tmp_path / "sbatch.argv"
+    return proc, argv.read_text().splitlines() if argv.exists() else []
+
+
+@pytest.mark.parametrize("limit, seconds", [("30", 1800), ("02:30", 150), ("1:00:00", 3600), ("1-02", 93600),
+                                            ("1-02:03:04", 93784), ("08:00:00", 28800)])
+def test_the_jobs_time_limit_in_seconds(tmp_path, limit, seconds):
+    proc, _argv = run_functions(tmp_path, "glm_slurm_seconds %s" % limit, "")
+    assert proc.stdout.strip() == str(seconds), proc.stderr
+
+
+def test_the_successor_is_submitted_with_slurms_own_timing(tmp_path):
+    """One scontrol (comment, limit, start) and one sbatch: the same name and comment, after:THIS_JOB+MINUTES with
+    MINUTES = (limit - lead) / 60 counted by Slurm from the job's start, the deploy's sbatch arguments, the script."""
+    line = ("JobId=41 JobName=glm-serve-2 UserId=glmuser(1001) Comment=glm.serve:glm-serve:replica:2 JobState=RUNNING "
+            "RunTime=00:00:10 TimeLimit=01:00:00 StartTime=2026-12-05T10:00:00 EndTime=2026-12-05T11:00:00")
+    started = int(subprocess.run(["date", "-d", "2026-12-05 10:00:00", "+%s"], capture_output=True, text=True, check=True).stdout)
+    proc, argv = run_functions(tmp_path, "glm_submit_successor %s/next %s/end 600 forever /w/serve.sbatch '--qos=high prio'"
+                               % (tmp_path, tmp_path), line)
+    assert proc.returncode == 0, proc.stderr
+    assert argv == ["--parsable", "--job-name=glm-serve-2", "--comment=glm.serve:glm-serve:replica:2", "--dependency=after:41+50",
+                    "--qos=high prio", "/w/serve.sbatch"]
+    assert (tmp_path / "next").read_text() == "77\n%d\n" % (started + 3600) and (tmp_path / "sbatch.env").read_text() == "41\n"   # GLM_SUCCESSOR_OF
+    assert "successor job 77 submitted (server_successors_until=forever): Slurm starts it at about 2026-12-05 10:50:00" in proc.stdout
+    assert "50 min after this job started and 600 s before its time limit (01:00:00; server_handover_lead=600" in proc.stdout
+    # past the date: none submitted, and said
+    later = tmp_path / "later"
+    later.mkdir()
+    proc, argv = run_functions(later, "glm_submit_successor %s/next %s/end 600 2026-12-05T10:30 /w/serve.sbatch" % (later, later), line)
+    assert proc.returncode == 0 and argv == [] and not (later / "next").exists(), proc.stderr
+    assert "past server_successors_until (2026-12-05T10:30); the replica ends with this job" in proc.stdout
+    # a limit too short for the lead, or none: said, nothing submitted
+    for limit, words in (("00:09:00", "leaves less than a minute"), ("UNLIMITED", "time limit is 'UNLIMITED'")):
+        short = tmp_path / limit.replace(":", "")
+        short.mkdir()
+        proc, argv = run_functions(short, "glm_submit_successor %s/next %s/end 600 forever /w/serve.sbatch" % (short, short),
+                                   line.replace("TimeLimit=01:00:00", "TimeLimit=" + limit))
+        assert proc.returncode == 1 and words in proc.stderr and argv == [] and not (short / "next").exists()
+
+
+def test_a_job_taken_over_by_its_successor_drains(tmp_path):
+    """Once the job has served (READY) and its own id was the replica's, another job's id there makes it note that
+    job and send itself USR1 (the drain's signal); the predecessor's id, there before this job's gate wrote its own,
+    does not."""
+    (tmp_path / "ready").write_text("1\n")
+    replica = tmp_path / "glm-serve-2.url"
+    replica.write_text("http://node1:30000\n40\n")                   # the predecessor's, until the gate writes ours
+    body = ('trap \'echo USR1; exit 0\' USR1; (sleep 3; printf "http://node2:30000\\n41\\n" > %(r)s; sleep 3; '
+            'printf "http://node3:30000\\n77\\n1764930000\\n" > %(r)s) & glm_continuity %(t)s/ready %(r)s %(t)s/next %(t)s/end 600 forever /w/s & '
+            'wait $!; sleep 30' % {"r": replica, "t": tmp_path})
+    (tmp_path / "next").write_text("77\n")                             # submitted already: no sbatch here
+    proc, argv = run_functions(tmp_path, body, "")
+    assert proc.stdout.strip() == "USR1", (proc.stdout, proc.stderr)
+    assert (tmp_path / "next.took-over").read_text() == "77 1764930000\n" and argv == []
+    # after the drain: the handover's line for status (its end, the replica, the old and new job, the new one's start,
+    # the GPUs), appended
+    proc, _argv = run_functions(tmp_path, "glm_record_handover %(t)s/handovers.log %(t)s/next.took-over 8; "
+                                "glm_record_handover %(t)s/handovers.log %(t)s/next.took-over 8" % {"t": tmp_path}, "")
+    lines = (tmp_path / "handovers.log").read_text().splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc.stderr
+    end, name, old, new, start, gpus = lines[0].split()
+    assert (name, old, new, start, gpus) == ("glm-serve-2", "41", "77", "1764930000", "8") and int(end) > 1764930000
+
+
+def test_the_services_end_stops_the_successors(tmp_path):
+    """The teardown's end of the service (layout's service_end; empty: now, else glm_stop_at): no successor is
+    submitted to start past it, a serving job drains once it has come, and a successor that starts after it ends at
+    once (the script's first lines)."""
+    line = ("JobId=41 JobName=glm-serve Comment=glm.serve:glm-serve:replica:1 TimeLimit=01:00:00 "
+            "StartTime=2026-12-05T10:00:00")
+    (tmp_path / "end").write_text("2026-12-05T10:20:00\n")
+    proc, argv = run_functions(tmp_path, "glm_submit_successor %(t)s/next %(t)s/end 600 forever /w/s" % {"t": tmp_path}, line)
+    assert proc.returncode == 0 and argv == [] and not (tmp_path / "next").exists(), proc.stderr
+    assert "no successor: the service ends at 2026-12-05 10:20:00 (teardown)" in proc.stdout
+    # the end come (the file empty: now), a serving job notes it and sends itself USR1, the drain
+    (tmp_path / "end").write_text("\n")
+    (tmp_path / "ready").write_text("1\n")
+    (tmp_path / "next").write_text("77\n")
+    body = ("trap 'echo USR1; exit 0' USR1; glm_continuity %(t)s/ready %(t)s/url %(t)s/next %(t)s/end 600 forever /w/s & "
+            "wait $!; sleep 30" % {"t": tmp_path})
+    proc, argv = run_functions(tmp_path, body, "")
+    assert proc.stdout.strip() == "USR1" and (tmp_path / "next.ended").exists() and argv == [], (proc.stdout, proc.stderr)
+    # no end file: no end
+    proc, _argv = run_functions(tmp_path, "glm_service_end %s/none || echo none" % tmp_path, "")
+    assert proc.stdout.strip() == "none"
+
+
+def test_a_successor_that_starts_after_the_teardown_ends_at_once(rendered, tmp_path):
+    """The rendered script's first lines, run with GLM_SUCCESSOR_OF and the service's end written: it says so and
+    exits 0 before anything else (no key read, no GPU check, no SGLang)."""
+    text = rendered["successors"].read_text()
+    head = text[:text.index("# The key reaches SGLang")]
+    end = re.search(r"SERVICE_END=(\S+)", head).group(1)
+    script = tmp_path / "head.bash"
+    script.write_text(head.replace("SERVICE_END=%s" % end, "SERVICE_END=%s" % (tmp_path / "end"))
+                      + "\necho STARTED\n")
+    environ = dict(os.environ, SLURM_JOB_ID="78", SLURM_JOB_NAME="glm-serve-2", GLM_SUCCESSOR_OF="77")
+    (tmp_path / "end").write_text("\n")
+    proc = subprocess.run(["bash", str(script)], env=environ, capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0 and "STARTED" not in proc.stdout, (proc.stdout, proc.stderr)
+    assert "the service has ended (teardown, %s): this successor of job 77 ends without starting SGLang" % (tmp_path / "end") in proc.stdout
+    # the first job of a deploy (no GLM_SUCCESSOR_OF), or no end written: it goes on
+    for env, present in ((dict(environ, GLM_SUCCESSOR_OF=""), True), (environ, False)):
+        if not present:
+            (tmp_path / "end").unlink()
+        proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30, check=False)
+        assert "STARTED" in proc.stdout, (proc.stdout, proc.stderr)
+    assert end == shlex.quote(str(rendered["successors"].parent / "service-end"))
+
+
+def test_slurms_early_drain_signal_waits_for_the_takeover(tmp_path):
+    """Slurm may send the time limit's USR1 up to a minute early, before the successor has taken over: the job goes
+    on serving until the successor has (SUCCESSOR_FILE.took-over), or until DRAIN seconds before its end (the
+    successor file's second line), whichever comes first; without a successor, at once."""
+    now = int(time.time())
+    (tmp_path / "next").write_text("77\n%d\n" % (now + 30 + 600))            # the end far away: waits for the takeover
+    body = ("(sleep 3; echo '77 1' > %(t)s/next.took-over) & S=$SECONDS; glm_await_takeover %(t)s/next 30; "
+            "echo waited $((SECONDS - S))" % {"t": tmp_path})
+    proc, _argv = run_functions(tmp_path, body, "")
+    assert "came before the successor took over" in proc.stdout and re.search(r"waited [345]$", proc.stdout.strip()), proc.stdout
+    (tmp_path / "next.took-over").unlink()
+    (tmp_path / "next").write_text("77\n%d\n" % (int(time.time()) + 34))    # no takeover: until 30 s before the end
+    proc, _argv = run_functions(tmp_path, "S=$SECONDS; glm_await_takeover %s/next 30; echo waited $((SECONDS - S))" % tmp_path, "")
+    assert re.search(r"waited [1-5]$", proc.stdout.strip()), proc.stdout
+    (tmp_path / "next").unlink()                                              # no successor: at once
+    proc, _argv = run_functions(tmp_path, "glm_await_takeover %s/next 30; echo done" % tmp_path, "")
+    assert proc.stdout.strip() == "done"

@@ -65,6 +65,10 @@ import time
 import urllib.parse
 
 LOG_PREFIX = '[glm.serve] router:'
+#: A replica whose file names a new address (its successor took its place: server_successors_until) keeps its old
+#: worker until the new one is healthy in the router, at most this many seconds: less than the 10 s the old job waits
+#: after it leaves before it looks for requests still running (serve_ready.bash, glm_drain).
+SWAP_HOLD = 8.0
 
 
 def log(message):
@@ -186,6 +190,7 @@ class Sync(object):
         self.names = {}        # url -> replica name, kept after its file goes (until the replica is drained)
         self.draining = {}     # url -> when it was taken out of the router (time.monotonic())
         self.adding = {}       # url -> when its addition was asked (the router adds in the background)
+        self.swapping = {}     # url -> when its replica's file first named another address (kept until that one is healthy)
 
     def workers(self):
         status, body = http('GET', self.base + '/workers', self.key, pin=self.pin)
@@ -198,16 +203,8 @@ class Sync(object):
         if current is None:
             return
         wanted = replica_urls(self.folder)
-        self.names.update(wanted)
         now = time.monotonic()
-        for url, worker in sorted(current.items()):
-            # asked again every round while the router lists it: the gateway adds and removes workers in
-            # background workflows, and an addition still running when the removal ran lists the worker again
-            if url not in wanted:
-                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key, pin=self.pin)[0]
-                if url not in self.draining:
-                    log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
-                self.draining.setdefault(url, now)
+        self.remove(current, wanted, now)
         self.drain(current, wanted)
         for url, name in sorted(wanted.items()):
             if url in current:
@@ -231,6 +228,36 @@ class Sync(object):
                 self.adding[url] = now
         if self.workers_file:
             self.record()
+
+    def remove(self, current, wanted, now):
+        """The workers whose replica file is gone, or names another address (held until that one is healthy), out."""
+        for url in [u for u in self.swapping if u not in current]:
+            del self.swapping[url]
+        for url in sorted(current):
+            if url not in wanted:
+                self.hold(url, current, wanted, now)
+        self.names.update(wanted)
+        for url, worker in sorted(current.items()):
+            # asked again every round while the router lists it: the gateway adds and removes workers in
+            # background workflows, and an addition still running when the removal ran lists the worker again
+            if url not in wanted and url not in self.swapping:
+                status = http('DELETE', '%s/workers/%s' % (self.base, worker.get('id')), self.key, pin=self.pin)[0]
+                if url not in self.draining:
+                    log('removing worker %s (its replica file is gone): HTTP %s' % (url, status))
+                self.draining.setdefault(url, now)
+
+    def hold(self, url, current, wanted, now):
+        """The worker URL, whose replica's file now names another address (its successor), stays in the router (in
+        self.swapping) until that address is a healthy worker, at most SWAP_HOLD seconds; else it is let go."""
+        name = self.names.get(url)
+        new = [u for u, n in wanted.items() if n == name and u != url] if name else []
+        if not new or (current.get(new[0]) or {}).get('is_healthy') or now - self.swapping.get(url, now) >= SWAP_HOLD:
+            self.swapping.pop(url, None)
+            return
+        if url not in self.swapping:
+            log('replica %s moves from %s to %s: the old worker stays until the new one is healthy (at most %d s)' % (
+                name, url, new[0], SWAP_HOLD))
+            self.swapping[url] = now
 
     def drain(self, current, wanted):
         """A worker taken out stays draining until the router no longer lists it (its removal runs in the background)

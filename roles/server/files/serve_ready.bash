@@ -5,7 +5,8 @@
 # thread), /v1/models with the key, and one short chat with the key (the deploy's smoke question, 16 tokens), whose
 # answer must carry "choices". CURL_CONFIG is a curl config file (0600) holding the key's header: the key is on no
 # command line. Once all three answer it writes READY_FILE (the job's record that SGLang served, which lets the job
-# restart it after a crash) and, behind the router, REPLICA_FILE (URL, then the job id; written atomically): the
+# restart it after a crash) and, behind the router, REPLICA_FILE (URL, the job id, then GLM_JOB_STARTED, the epoch
+# second the job started, when the script set it (successors: the handover's record); written atomically): the
 # router's launcher adds a replica only once that file exists, so a replica that loads but answers wrongly never
 # takes traffic. Without curl on the node it says so and writes both at once (no gate).
 glm_await_ready() {
@@ -29,7 +30,7 @@ glm_await_ready() {
     echo "[glm.serve] no curl on ${SLURMD_NODENAME:-this node}: no health gate (the replica joins the router as it starts) and no restart after a crash" >&2
   fi
   if [ -n "$replica_file" ]; then
-    printf '%s\n%s\n' "$base" "$SLURM_JOB_ID" > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
+    printf '%s\n%s\n%s\n' "$base" "$SLURM_JOB_ID" "${GLM_JOB_STARTED:-}" > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
     # SGLang died while the file was being written: take it back
     kill -0 "$server_pid" 2> /dev/null || glm_leave_router "$replica_file"
   fi
@@ -49,15 +50,17 @@ glm_sglang_load() {
     END { printf "%d %d %d %d", t, r, q, seen }'
 }
 
-# glm_drain SERVER_PID REPLICA_FILE METRICS_URL SECONDS: Slurm's USR1, SECONDS before the job's time limit
-# (sbatch --signal=B:USR1@SECONDS, server_drain_before). The replica leaves the router, waits 10 s (the router drops
+# glm_drain SERVER_PID REPLICA_FILE METRICS_URL SECONDS [WHY]: Slurm's USR1, SECONDS before the job's time limit
+# (sbatch --signal=B:USR1@SECONDS, server_drain_before), or the job's own once its successor took its place (WHY says
+# so; successor.bash). The replica leaves the router, waits 10 s (the router drops
 # it within its sync interval), then until SGLang's /metrics shows no running or queued request (at most until 15 s
 # before the limit; at once without metrics), then asks SGLang to stop through GLM_STOP_FILE (the step's loop sends
 # it a SIGTERM) and waits for it: the job ends COMPLETED before Slurm's SIGTERM, with no request cut.
 glm_drain() {
   local server_pid=$1 replica_file=$2 url=$3 seconds=$4 started=$SECONDS text running queued
+  local why=${5:-"the time limit is $seconds s away (server_drain_before)"}
   glm_leave_router "$replica_file"
-  echo "[glm.serve] the time limit is $seconds s away (server_drain_before): left the router; finishing the requests in flight, then stopping SGLang"
+  echo "[glm.serve] $why: left the router; finishing the requests in flight, then stopping SGLang"
   sleep 10 &
   wait $! || true
   while kill -0 "$server_pid" 2> /dev/null && [ $((SECONDS - started)) -lt $((seconds - 15)) ]; do

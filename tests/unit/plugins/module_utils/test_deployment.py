@@ -70,3 +70,22 @@ def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path, make_cert
     assert deployment.View.router_probe(None, cert) is None                         # no probe asked for
     assert deployment.View.router_probe(plain, cert).endpoint('node3') == 'https://node3:30000'
     assert deployment.View.router_probe(plain, str(tmp_path / 'gone.pem')) is None  # HTTPS router, no certificate: not asked
+
+
+def test_a_replica_is_its_serving_job_while_its_successor_waits():
+    serving = dict(job_id='9', state='RUNNING', live=True, dependency=None)
+    successor = dict(job_id='12', state='PENDING', live=True, dependency='after:9+58(unfulfilled)')
+    assert deployment.live_last([serving, successor]) is serving
+    # the successor started (both running, it loads): it is the replica's newest job
+    started = dict(successor, state='RUNNING', dependency=None)
+    assert deployment.live_last([serving, started]) is started
+    assert deployment.live_last([dict(serving, live=False)]) == {}
+
+
+def test_the_routers_answers_by_status_from_its_metrics():
+    text = ('smg_http_responses_total{path="/v1/chat/completions",status_code="200"} 1700\n'
+            'smg_http_responses_total{path="/v1/models",status_code="200"} 9\n'
+            'smg_http_responses_total{path="/v1/chat/completions",status_code="503"} 2\n'
+            'smg_http_responses_total{path="/v1/chat/completions",status_code="429"} 4\n')
+    assert deployment.router_answers(text) == {'total': 1715, 'failed': 2}
+    assert deployment.router_answers('smg_worker_health{worker="x"} 1\n') is None and deployment.router_answers(None) is None

@@ -105,6 +105,24 @@ def test_find_or_submit_adopts_the_live_job(script, make_ctx, cli):
     assert ctx.warnings[0].startswith('2 live jobs are named srv for user u (9, 8)')
 
 
+def test_find_or_submit_adopts_the_serving_job_not_its_successor(script, make_ctx, cli):
+    # service_until: job 9 serves, 12 waits on after:9+58 (its successor), 13 on after:12 (the one after): 9 is the job
+    cli.jobs = {'9': row(9), '12': row(12, state='PENDING', reason='Dependency', dependency='after:9+58(unfulfilled)'),
+                '13': row(13, state='PENDING', reason='Dependency', dependency='after:12+58(unfulfilled)')}
+    ctx = make_ctx(script=script)
+    job, fields = js.find_or_submit(ctx)
+    assert job['job_id'] == '9' and fields == {} and 'submit' not in cli.names() and ctx.warnings == []
+    # the successor running, loading: the newest that is no one's successor
+    cli.jobs = {'9': row(9), '12': row(12)}
+    job, _fields = js.find_or_submit(make_ctx(script=script))
+    assert job['job_id'] == '12'
+    # afterok is a chain, not a successor: the newest, with the warning, as before
+    cli.jobs = {'9': row(9), '12': row(12, state='PENDING', reason='Dependency', dependency='afterok:9(unfulfilled)')}
+    ctx = make_ctx(script=script)
+    job, _fields = js.find_or_submit(ctx)
+    assert job['job_id'] == '12' and ctx.warnings[0].startswith('2 live jobs are named srv')
+
+
 def test_find_or_submit_replaces_a_changed_job(script, make_ctx, cli):
     ctx = make_ctx(script=script, recreate_on_change=True)
     write_record(ctx, 9, 'old digest')

@@ -247,3 +247,15 @@ def test_parse_scontrol_submit_line_is_one_value():
 def test_parse_squeue_only_job_state_of_newer_slurm(release):
     rows = sp.parse_squeue(fixture('squeue-only-job-state-%s-ended.txt' % release), sp.SQUEUE_STATE_FIELDS)
     assert sorted(row['state'] for row in rows) == ['CANCELLED', 'COMPLETED', 'FAILED', 'PENDING', 'TIMEOUT']
+
+
+@pytest.mark.parametrize('value, seconds', [('30', 1800), ('30:15', 1815), ('08:00:00', 28800), ('1-02', 93600),
+                                            ('1-02:03', 93780), ('1-02:03:04', 93784), ('UNLIMITED', None), ('INFINITE', None)])
+def test_duration_seconds_reads_every_form_of_a_time_limit(value, seconds):
+    assert sp.duration_seconds(value) == seconds
+
+
+@pytest.mark.parametrize('value', ['', 'a', '1:2:3:4', '-1', '1-a', '1-', '2:xx'])
+def test_duration_seconds_refuses_what_is_not_a_time_limit(value):
+    with pytest.raises(ValueError):
+        sp.duration_seconds(value)

@@ -30,7 +30,9 @@ def test_status_lines_and_document(tmp_path, view, job):
         tmp_path / 'glm_relay.py') in lines
     doc = status_report.document(out, None, SETTINGS, now=0)
     assert sorted(doc) == sorted(['schema', 'time', 'host', 'model', 'phase', 'progress', 'load', 'activity', 'jobs', 'server',
-                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas', 'usage'])
+                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas', 'usage', 'continuity'])
+    assert doc['continuity'] == {'successors': [], 'handovers': None, 'router_answers': None}
+    assert not [line for line in lines if line.startswith(('next handover', 'handovers'))]     # no successor ever
     assert doc['time'] == '1970-01-01T00:00:00Z' and doc['server']['answers'] == 'ready' and doc['router'] is None
     assert [j['job_id'] for j in doc['jobs']] == ['11', '9']
 
@@ -64,3 +66,26 @@ def test_the_router_line_says_when_no_healthy_replica_is_behind_a_router_that_an
     for workers in ([], [dict(healthy, healthy=False)], [dict(healthy, draining=True)]):
         assert status_report.router_lines({'job': job, 'workers': workers}, [], 'round_robin')[0] == (
             'router: job 7 RUNNING on node3, policy round_robin, /v1/models ready, but no healthy replica behind it')
+
+
+def test_status_says_the_next_handover_and_the_handovers_so_far(tmp_path, view, job):
+    """server_successors_until: the successor waiting on after:11+1 of the serving job (its start: end - limit), and
+    the handovers file's lines (the overlap: end - the successor's start, times its GPUs)."""
+    (tmp_path / 'handovers.log').write_text('1764930090 glm-serve 9 11 1764930060 8\n'
+                                            'not a line\n'
+                                            '1764930200 glm-serve-2 10 12 1764930155 8\n')
+    out, _cli = view(tmp_path, [job('11', 'glm-serve', end_time='2026-12-01T18:02:30', time_limit='2:30'),
+                                job('13', 'glm-serve', 'PENDING', reason='Dependency', dependency='after:11+1(unfulfilled)')])
+    assert out['server']['job_id'] == '11'                                   # the serving one, not its successor
+    assert out['successors'] == [{'replica': 'glm-serve', 'job_id': '13', 'after': '11', 'starts': '2026-12-01T18:01:00'}]
+    assert out['handovers']['count'] == 2 and out['handovers']['by_replica'] == {'glm-serve': 1, 'glm-serve-2': 1}
+    assert out['handovers']['overlap_gpu_hours'] == round((30 + 45) * 8 / 3600.0, 3)
+    assert out['handovers']['last']['from'] == '10' and out['handovers']['last']['overlap_seconds'] == 45
+    lines = status_report.continuity_lines(out)
+    assert lines[0] == 'next handover: glm-serve job 13 (after job 11) starts about 2026-12-01T18:01:00'
+    assert lines[1].startswith('handovers: 2 (glm-serve 1, glm-serve-2 1), overlap 0.17 GPU-hours; the last ')
+    assert lines[1].endswith(', glm-serve-2 job 10 to 12 (45 s overlap)')
+    # the router's answers to its clients, 5xx counted as failed
+    out['router'] = {'answers': {'total': 1711, 'failed': 0}}
+    assert status_report.continuity_lines(out)[-1] == 'router answers since it started: 1711, failed (5xx) 0'
+    assert status_report.document(out, None, SETTINGS)['continuity']['handovers']['count'] == 2
