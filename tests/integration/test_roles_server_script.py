@@ -446,3 +446,22 @@ def test_slurms_early_drain_signal_waits_for_the_takeover(tmp_path):
     (tmp_path / "next").unlink()                                              # no successor: at once
     proc, _argv = run_functions(tmp_path, "glm_await_takeover %s/next 30; echo done" % tmp_path, "")
     assert proc.stdout.strip() == "done"
+
+
+def test_a_successor_submitted_as_the_service_ends_is_cancelled_by_its_submitter(tmp_path):
+    """The teardown writes the service's end while the successor's sbatch runs (here: the fake sbatch writes it):
+    the job that submitted it cancels it at once (scancel ID), records nothing and says so."""
+    line = ("JobId=41 JobName=glm-serve Comment=glm.serve:glm-serve:replica:1 TimeLimit=01:00:00 "
+            "StartTime=2026-12-05T10:00:00")
+    bin_dir = tmp_path / "teardown-bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nprintf '\\n' > %s/end\necho 77\n" % tmp_path)
+    (bin_dir / "scancel").write_text("#!/bin/sh\necho \"$@\" >> %s/scancel.argv\n" % tmp_path)
+    for tool in ("sbatch", "scancel"):
+        (bin_dir / tool).chmod(0o755)
+    # run_functions puts its own fake sbatch first: this one goes before it
+    proc, _argv = run_functions(tmp_path, "PATH=%s:$PATH; glm_submit_successor %s/next %s/end 600 forever /w/s" % (
+        bin_dir, tmp_path, tmp_path), line)
+    assert proc.returncode == 0, proc.stderr
+    assert "the service ended while successor job 77 was being submitted: cancelled it" in proc.stdout
+    assert (tmp_path / "scancel.argv").read_text() == "77\n" and not (tmp_path / "next").exists()
