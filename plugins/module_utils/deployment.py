@@ -28,7 +28,7 @@ from ansible_collections.glm.serve.plugins.module_utils import usage as usage_fi
 from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes
 from ansible_collections.glm.serve.plugins.module_utils.job_actions import INFO_KEYS, probe_job
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import is_ending, is_live, successor_ids
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import AFTER_RE, current_jobs, is_ending, is_live
 from ansible_collections.glm.serve.plugins.module_utils.job_wait import make_probe
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError
 
@@ -38,8 +38,6 @@ FIELDS = tuple(f for f in sp.SQUEUE_FIELDS if f[0] != 'name') + (('comment', '%k
 SERVED_RE = re.compile(r'(?m)^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} ([0-9]+)')
 #: and each answer it gave its clients, by path and HTTP status (smg_http_responses_total{path=...,status_code=...})
 ANSWERED_RE = re.compile(r'(?m)^smg_http_responses_total\{[^}]*status_code="([0-9]+)"[^}]*\} ([0-9.e+]+)')
-#: squeue's dependency of a successor (``after:41+50(unfulfilled)``): the job it follows, the minutes after its start
-AFTER_MINUTES_RE = re.compile(r'(?:^|[,?])after:(\d+)\+(\d+)')
 
 
 def _id_key(job_id):
@@ -74,9 +72,7 @@ def list_jobs(ctx, layout):
 def live_last(jobs):
     """The newest live job of a list (oldest first) that is no other's successor (``service_until``: it serves while
     its successor waits), else {}."""
-    live = [j for j in jobs if j['live']]
-    later = successor_ids(live)
-    current = [j for j in live if j['job_id'] not in later] or live
+    current = current_jobs([j for j in jobs if j['live']])
     return current[-1] if current else {}
 
 
@@ -121,7 +117,8 @@ def successors(jobs):
     by_id = dict((str(j['job_id']), j) for j in jobs)
     out = []
     for job in jobs:
-        found = AFTER_MINUTES_RE.search(job.get('dependency') or '') if job.get('state') == 'PENDING' else None
+        timed = [m for m in AFTER_RE.finditer(job.get('dependency') or '') if m.group(2)] if job.get('state') == 'PENDING' else []
+        found = timed[0] if timed else None
         before = by_id.get(found.group(1)) if found else None
         if before is None:
             continue

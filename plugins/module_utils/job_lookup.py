@@ -57,8 +57,8 @@ def is_dead_pending(job):
 
 
 #: Slurm's ``after:ID[+MINUTES]`` in squeue's dependency column (``after:1300+1(unfulfilled)``; several joined by
-#: "," or "?"): not afterok, afterany, afternotok
-AFTER_RE = re.compile(r'(?:^|[,?])after:(\d+)')
+#: "," or "?"): not afterok, afterany, afternotok. Group 1 the job id, group 2 the minutes (None without).
+AFTER_RE = re.compile(r'(?:^|[,?])after:(\d+)(?:\+(\d+))?')
 
 
 def successor_ids(jobs):
@@ -67,7 +67,14 @@ def successor_ids(jobs):
     its own time limit). The job a name stands for is one of the others."""
     ids = set(str(j.get('job_id')) for j in jobs)
     return [j['job_id'] for j in jobs if j.get('state') == 'PENDING'
-            and any(i in ids and i != str(j['job_id']) for i in AFTER_RE.findall(j.get('dependency') or ''))]
+            and any(m.group(1) in ids and m.group(1) != str(j['job_id']) for m in AFTER_RE.finditer(j.get('dependency') or ''))]
+
+
+def current_jobs(live):
+    """The live jobs of one name that are no other's successor (successor_ids), in their order; all of them when
+    every one is (a successor whose predecessor is gone is the job the name stands for)."""
+    later = successor_ids(live)
+    return [j for j in live if j['job_id'] not in later] or live
 
 
 def id_key(job_id):

@@ -19,8 +19,8 @@ from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.accounting import report_previous
 from ansible_collections.glm.serve.plugins.module_utils.backoff import Backoff, retry
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import sbatch_args_avoiding
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (find_live, id_key, is_dead_pending, live_jobs, lookup,
-                                                                           successor_ids)
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (current_jobs, find_live, id_key, is_dead_pending, live_jobs,
+                                                                           lookup)
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying
 from ansible_collections.glm.serve.plugins.module_utils.submit_lock import SubmitLock, lock_path
@@ -223,8 +223,7 @@ def submit(ctx, to_cancel):
 def adopt_live(ctx, live):
     """The newest live job that is no other's successor (:func:`job_lookup.successor_ids`: the one its successor
     follows), adopted (None: its script changed, it is to be replaced), and the result fields."""
-    later = successor_ids(live)
-    current = [j for j in live if j['job_id'] not in later] or live
+    current = current_jobs(live)
     job = current[0]
     if len(current) > 1:
         ctx.warn('%d live jobs are named %s for user %s (%s): using the newest' % (
