@@ -30,7 +30,7 @@ glm_await_ready() {
     echo "[glm.serve] no curl on ${SLURMD_NODENAME:-this node}: no health gate (the replica joins the router as it starts) and no restart after a crash" >&2
   fi
   if [ -n "$replica_file" ]; then
-    printf '%s\n%s\n%s\n' "$base" "$SLURM_JOB_ID" "${GLM_JOB_STARTED:-}" > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
+    printf '%s\n' "$base" "$SLURM_JOB_ID" ${GLM_JOB_STARTED:+"$GLM_JOB_STARTED"} > "$replica_file.$SLURM_JOB_ID" && mv -f "$replica_file.$SLURM_JOB_ID" "$replica_file"
     # SGLang died while the file was being written: take it back
     kill -0 "$server_pid" 2> /dev/null || glm_leave_router "$replica_file"
   fi
