@@ -45,7 +45,7 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster roots cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration continuity sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
+        pytest-integration continuity soak sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
         scaffold-test install-test runner-test
 
 help: ## list the targets
@@ -162,6 +162,10 @@ pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins,
 
 continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that take minutes (a requeued replica: Slurm holds it 120 s), not in make test
 	pytest -p no:cacheprovider -s -m continuity tests/integration < /dev/null
+
+soak: setup cluster $(ROUTER_VENV)/.installed ## two replicas handing over under load for GLM_SOAK_SECONDS (default 1800) and the controller's RPCs per minute per replica, not in make test
+	GLM_SOAK_SECONDS=$${GLM_SOAK_SECONDS:-1800} pytest -p no:cacheprovider -s -m continuity \
+	  tests/integration/test_continuity.py::test_two_replicas_hand_over_through_their_time_limits_and_the_controller_load_per_replica < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output

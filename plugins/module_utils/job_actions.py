@@ -132,10 +132,20 @@ def present(ctx):
             result.update(apply_end_time(ctx, job))
     except Exception as exc:
         failed_result(exc, result)
+        hint_refusal(exc, hints, result)
         raise
     finally:
         result['polls'] = ctx.cli.polls
     return result
+
+
+def hint_refusal(exc, hints, result):
+    """A refusal before anything was done (an ActionError, such as change_strategy=fail's) gets the ``hints`` its
+    message matches, after "What to do:", as a failed wait does."""
+    found = matching_hints(hints, exc) if isinstance(exc, ActionError) else []
+    if found:
+        exc.msg = exc.msg.rstrip('.') + '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in found)
+        result['hints'] = found
 
 
 def resumed(resume):
@@ -232,9 +242,15 @@ def absent(ctx):
         result.update(fields)
         targets = [j for j in jobs if is_live(j)]
         if targets:
-            result.update(changed=True, cancelled=[j['job_id'] for j in targets])
+            signalled = signal_targets(ctx, targets)
+            result.update(changed=True, cancelled=[j['job_id'] for j in targets if j['job_id'] not in signalled])
+            if signalled:
+                result['signalled'] = signalled
             if not ctx.check_mode:
-                ctx.retry(ctx.cli.cancel, result['cancelled'])
+                if result['cancelled']:
+                    ctx.retry(ctx.cli.cancel, result['cancelled'])
+                if signalled:
+                    ctx.retry(ctx.cli.signal_batch, signalled, ctx.params['signal'])
                 if ctx.params.get('wait'):
                     wait_gone(ctx, result, targets)
     except Exception as exc:
@@ -243,6 +259,17 @@ def absent(ctx):
     finally:
         result['polls'] = ctx.cli.polls
     return result
+
+
+def signal_targets(ctx, targets):
+    """The ids of the targets that get ``signal`` instead of a cancel: those RUNNING (a pending job has no script
+    running to signal: it is cancelled)."""
+    signal = ctx.params.get('signal')
+    if not signal:
+        return []
+    if not re.match(r'^((SIG)?[A-Z][A-Z0-9+-]*|[0-9]+)$', signal):
+        raise ActionError('signal must be a signal name or number as scancel takes it (USR1, SIGTERM, 10), got %r' % signal)
+    return [j['job_id'] for j in targets if j.get('state') == 'RUNNING']
 
 
 def absent_targets(ctx):

@@ -143,7 +143,8 @@ def live_jobs(ctx):
         return Found(shared, None, None)
     names = [ctx.name] + [n for n in ctx.params.get('lookup_also') or [] if n and n != ctx.name]
     record = None
-    if len(names) == 1:
+    # start_first must see every live job of the name (those its job replaces): one squeue, not the record's job
+    if len(names) == 1 and ctx.params.get('change_strategy') != 'start_first':
         job, record = recorded_live(ctx)
         if job is not None:
             return Found([job], None, record)

@@ -19,8 +19,8 @@ from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.accounting import report_previous
 from ansible_collections.glm.serve.plugins.module_utils.backoff import Backoff, retry
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import sbatch_args_avoiding
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (current_jobs, find_live, id_key, is_dead_pending, live_jobs,
-                                                                           lookup)
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (AFTER_RE, current_jobs, find_live, id_key, is_dead_pending,
+                                                                           live_jobs, lookup)
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying
 from ansible_collections.glm.serve.plugins.module_utils.submit_lock import SubmitLock, lock_path
@@ -222,17 +222,49 @@ def submit(ctx, to_cancel):
 
 def adopt_live(ctx, live):
     """The newest live job that is no other's successor (:func:`job_lookup.successor_ids`: the one its successor
-    follows), adopted (None: its script changed, it is to be replaced), and the result fields."""
+    follows), adopted (None: its script changed, it is to be replaced), and the result fields. With
+    ``change_strategy=start_first`` see :func:`adopt_current`; with ``fail`` a changed script is refused."""
     current = current_jobs(live)
+    compare = ctx.params.get('recreate_on_change') and ctx.params.get('script')
+    if compare and ctx.params.get('change_strategy') == 'start_first':
+        return adopt_current(ctx, live, current)
     job = current[0]
     if len(current) > 1:
         ctx.warn('%d live jobs are named %s for user %s (%s): using the newest' % (
             len(current), ctx.name, ctx.user, ', '.join(j['job_id'] for j in current)))
-    if ctx.params.get('recreate_on_change') and ctx.params.get('script') and script_changed(ctx, job):
+    if compare and script_changed(ctx, job):
+        if ctx.params.get('change_strategy') == 'fail':
+            raise ActionError('the batch script %s differs from the one job %s (%s) runs, and replacing that job ends it '
+                              'first (change_strategy=fail): nothing was cancelled or submitted' % (
+                                  ctx.params['script'], job['job_id'], ctx.name))
         return None, {'script_changed': True}
+    return _begin_now(ctx, job)
+
+
+def _begin_now(ctx, job):
     if job.get('state') == 'PENDING' and job.get('reason') == 'BeginTime':
         return start_requeued_now(ctx, job)
     return job, {}
+
+
+def adopt_current(ctx, live, current):
+    """``change_strategy=start_first``: the newest live job that runs the script as it is now is adopted, and the
+    other live jobs of the name (but that job's own successors) are the ones it replaces (RV ``replacing``: the
+    caller ends them once it serves; an interrupted run's rerun finds them so too). None when no job runs the
+    script: a new one is submitted beside them, which replaces them all. Returns (job or None, result fields)."""
+    job = next((j for j in current if not script_changed(ctx, j)), None)
+    if job is None:
+        return None, {'script_changed': True, 'replacing': [j['job_id'] for j in live]}
+    others = [j['job_id'] for j in live if j is not job and not _follows(j, job)]
+    job, fields = _begin_now(ctx, job)
+    if others:
+        fields['replacing'] = others
+    return job, fields
+
+
+def _follows(job, predecessor):
+    """True when job is PENDING on after:PREDECESSOR (its successor)."""
+    return job.get('state') == 'PENDING' and any(m.group(1) == str(predecessor['job_id']) for m in AFTER_RE.finditer(job.get('dependency') or ''))
 
 
 def _outdated(ctx, live):
@@ -261,8 +293,10 @@ def find_or_submit(ctx, locked=True, report=True):
             job, more = adopt_live(ctx, live)
             fields.update(more)
         if job is None:
-            job = _replace(ctx, fields, found.record if not live else None, to_cancel + [j['job_id'] for j in live],
-                           locked, report and not live)
+            # start_first leaves the live jobs it replaces (fields' replacing) to the caller
+            kept = fields.get('replacing') or []
+            job = _replace(ctx, fields, found.record if not live else None,
+                           to_cancel + [j['job_id'] for j in live if j['job_id'] not in kept], locked, report and not live)
     return job, fields
 
 
@@ -276,7 +310,7 @@ def _replace(ctx, fields, looked, to_cancel, locked, report):
     job, more = submit(ctx, to_cancel)
     fields.update(more)
     if not ctx.check_mode and job.get('job_id') and (ctx.params.get('duplicate_check') == 'always' or not locked):
-        job, more = keep_oldest(ctx, job, to_cancel, fields['cancelled'])
+        job, more = keep_oldest(ctx, job, to_cancel + (fields.get('replacing') or []), fields['cancelled'])
         fields.update(more)
     return job
 

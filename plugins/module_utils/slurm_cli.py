@@ -296,6 +296,14 @@ class SlurmCli:
         if rc != 0:
             self.fail('scancel failed: %s' % err.strip(), argv, rc, out, err)
 
+    def signal_batch(self, job_ids, signal):
+        """``scancel --batch --signal=SIGNAL``: the signal to the batch script of each job (not its steps), which
+        may trap it (glm.serve's replicas drain on USR1); the jobs are not cancelled."""
+        argv = [self.bin('scancel'), '--batch', '--signal=%s' % signal] + [str(j) for j in job_ids]
+        rc, out, err = self.run(argv, poll=False)
+        if rc != 0:
+            self.fail('scancel --signal=%s failed: %s' % (signal, err.strip()), argv, rc, out, err)
+
     def start_now(self, job_id):
         """``scontrol update JobId=N StartTime=now``: a pending job's begin time set to now (a user may, for their own
         jobs; the controller never sets it earlier than now)."""

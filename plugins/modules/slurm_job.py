@@ -134,8 +134,22 @@ options:
         (C(scontrol write batch_script ID -)) with O(script); when they differ, cancel the job and submit O(script).
       - A comparison of contents, not of file times, so a job that a concurrent run submitted from the same script is kept.
       - Options given in O(sbatch_args) are not compared.
+      - O(change_strategy) says in which order.
     type: bool
     default: false
+  change_strategy:
+    description:
+      - What O(recreate_on_change) does with a live job whose script differs.
+      - V(cancel_first) cancels it, then submits (the job's work stops until the new one has started).
+      - V(start_first) submits the new job beside the live ones and leaves them running; they are returned in
+        RV(replacing), for the caller to end once the new job serves (O(state=absent) with O(job_id) and O(signal)).
+        A later run that finds the new job live (the same script) adopts it and returns the others in RV(replacing)
+        again, except the new job's own successors (C(PENDING) on C(after:ITS_ID)).
+      - V(fail) fails before anything is cancelled or submitted, naming the live job (for a caller that asks its
+        user to accept the interruption first).
+    type: str
+    choices: [cancel_first, start_first, fail]
+    default: cancel_first
   hints:
     description:
       - What to tell the user when the wait fails. Each hint whose O(hints[].match) is found in the failed job's
@@ -226,6 +240,13 @@ options:
     description:
       - With O(state=absent), the job to cancel (instead of looking it up by name).
       - With O(state=present), adopt this job instead of submitting; report it, wait for it, probe it, set its O(end_time).
+    type: str
+  signal:
+    description:
+      - With O(state=absent), send this signal to the batch script of each job that is C(RUNNING)
+        (C(scancel --batch --signal=SIGNAL)) instead of cancelling it, so that a script that traps it ends its job
+        itself (glm.serve's replicas leave the router and finish their requests on V(USR1)). A C(PENDING) job is
+        cancelled. RV(signalled) names the jobs signalled.
     type: str
   wait_slice:
     description:
@@ -361,6 +382,20 @@ cancelled:
   type: list
   elements: str
   sample: []
+signalled:
+  description: Ids of the jobs whose batch script was sent O(signal) instead of being cancelled (in check mode, would be).
+  returned: with O(state=absent) and O(signal), when a job was running
+  type: list
+  elements: str
+  sample: ["4123"]
+replacing:
+  description:
+    - With O(change_strategy=start_first), the live jobs of the name that the submitted or adopted job replaces,
+      left running; the caller ends them once it serves.
+  returned: when there are such jobs
+  type: list
+  elements: str
+  sample: ["4120"]
 chain:
   description: The job's dependency parents and the job, each with job_id, name, state and reason, in that order.
   returned: always
@@ -642,6 +677,8 @@ def argument_spec():
         umask=dict(type='str', default='0077'),
         recreate=dict(type='bool', default=False),
         recreate_on_change=dict(type='bool', default=False),
+        change_strategy=dict(type='str', default='cancel_first', choices=['cancel_first', 'start_first', 'fail']),
+        signal=dict(type='str'),
         recreate_if_older_than=dict(type='path'),
         hints=dict(type='list', elements='dict', default=[], options=dict(
             match=dict(type='str', required=True),
@@ -655,6 +692,15 @@ def argument_spec():
         job_id=dict(type='str'),
         user=dict(type='str'),
         end_time=dict(type='str'),
+        retry_timeout=dict(type='int', default=120),
+        accounting=dict(type='bool', default=True),
+        **wait_spec()
+    )
+
+
+def wait_spec():
+    """The options of the wait (O(wait) and what goes with it)."""
+    return dict(
         wait=dict(type='bool', default=False),
         wait_condition=dict(type='list', elements='str', default=['RUNNING'], choices=list(sp.WAIT_STATES)),
         wait_timeout=dict(type='int', default=600),
@@ -663,8 +709,6 @@ def argument_spec():
         wait_resume=dict(type='dict'),
         progress=dict(type='dict', options=dict(model_dir=dict(type='path'))),
         probe=dict(type='dict', options=job_actions.probe_options()),
-        retry_timeout=dict(type='int', default=120),
-        accounting=dict(type='bool', default=True),
     )
 
 

@@ -170,6 +170,7 @@ CASES = [
     case('server_hopper_partitions', {'compute-h100': True}, 'list'),
     case('server_recreate', 'maybe', 'bool'),
     case('server_restart_on_change', 'maybe', 'bool'),
+    case('server_allow_outage', 'maybe', 'bool'),
     case('server_wait', 'maybe', 'bool'),
     case('server_hints', 'CUDA out of memory', 'dict', label='server_hints=str'),
     case('server_hints', [{'match': '(oom', 'hint': 'y'}], 'regular expression', '(oom', label='server_hints=bad-regex'),

@@ -2,7 +2,8 @@
 
 - deploy --check on nothing: succeeds, predicts changes, creates no folder, submits no job;
 - after a real deploy, deploy --check: reports changed=0, submits nothing, leaves every file as it was;
-- with a setting that changes serve.sbatch, deploy --check predicts the server's restart and does nothing;
+- with a setting that changes serve.sbatch, deploy --check refuses it (one server: an outage) unless
+  server_allow_outage=true, then predicts the server's restart; either way it does nothing;
 - teardown --check with the server running: predicts the cancel and cancels nothing.
 
 The job logs (*.out) are left out of the file comparison: the running jobs write them, not the playbook.
@@ -84,8 +85,16 @@ def test_deploy_check_after_a_deploy_changes_nothing(env):
 
 
 def test_deploy_check_predicts_the_restart_of_a_changed_server(env):
+    """A setting that changes serve.sbatch would stop the one server (no router to move its clients to): the check
+    run refuses it as the real one would, before anything, naming server_allow_outage; with it, the restart is
+    predicted. Either way nothing is done."""
     jobs, before = new_jobs(env), files(env['work'])
     proc = run_playbook('deploy.yml', dict(VARS, server_time='00:20:00'), env['tmp'], options=['--check'])
+    assert recap(proc)[1] == 1, proc.stdout[-4000:]
+    refused = proc.stdout.split('TASK [glm.serve.server : Submit the server job', 1)[1].split('PLAY RECAP', 1)[0]
+    assert 'differs from the one job' in refused and 'nothing was cancelled or submitted' in refused, refused[-3000:]
+    assert 'What to do: this setting changes the server' in refused and '-e server_allow_outage=true' in refused, refused[-3000:]
+    proc = run_playbook('deploy.yml', dict(VARS, server_time='00:20:00', server_allow_outage=True), env['tmp'], options=['--check'])
     assert recap(proc)[1] == 0, proc.stdout[-4000:]
     submit = proc.stdout.split('TASK [glm.serve.server : Submit the server job', 1)[1].split('TASK [', 1)[0]
     assert 'changed: [local]' in submit, submit

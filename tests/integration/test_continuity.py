@@ -28,11 +28,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
+import cluster_target as target
 from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, login_home, recap,
                             require_cluster, router_wheels, run_playbook, scancel_names, ssh)
 
@@ -245,3 +247,82 @@ def test_successors_keep_one_replica_answering_through_its_time_limits(tmp_path)
     assert later == [], (left, later)
     assert all(row[2] in ('PENDING', 'COMPLETING') for row in left), left   # every job it listed cancelled
     assert all('the service has ended (teardown' in log or not log for log in late_logs), late_logs
+
+
+TR_WORK, TR_DOWNLOAD, TR_SERVE = 'glm-it-two-successors', 'it-tr-download', 'it-tr-serve'
+#: the steady load of two replicas handing over: 10 minutes in make continuity; GLM_SOAK_SECONDS in make soak (30
+#: minutes or more: the issue's controller-load measurement)
+TWO_SECONDS = int(os.environ.get('GLM_SOAK_SECONDS') or 600)
+
+
+def test_two_replicas_hand_over_through_their_time_limits_and_the_controller_load_per_replica(tmp_path):
+    """Two replicas in partition gpu-all (three GPU nodes: the two replicas and one for a successor while it loads;
+    the two chains stagger themselves, a successor that finds no node waits in the queue until the handover before it
+    has freed one), 3-minute jobs, successors 1 minute (after:ID+1) after each start, server_drain_before=30, under 5
+    requests a second through the router (a quarter streamed) for TWO_SECONDS: no request fails, the URL stays the
+    same, each replica hands over at least 4 times in 10 minutes (pro rata). The controller load of the service in
+    steady state, from sdiag's count for the login user over the same window (nothing else runs as that user then:
+    the test makes no Slurm call until the load has ended): the jobs' own calls (each one's scontrol and sbatch for its
+    successor, the srun steps of the GPU check and SGLang), per minute and per replica: at most 1."""
+    require_cluster()
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'bench'))
+    from bench_release import diff, sdiag    # pylint: disable=import-outside-toplevel
+    names = [TR_DOWNLOAD, TR_SERVE, TR_SERVE + '-2', TR_SERVE + '-router']
+    work = os.path.join(login_home(), TR_WORK)
+    extra = isolated_vars(TR_WORK, TR_DOWNLOAD, TR_SERVE, server_replicas=2, server_partition='gpu-all', server_time='00:03:00',
+                          server_drain_before=30, server_successors_until='forever', server_handover_lead=90,
+                          router_time='%02d:%02d:00' % divmod(TWO_SECONDS // 60 + 30, 60),
+                          server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1'},
+                          router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
+                          router_sync_interval=2, router_health_check_interval=2, router_host='node')
+    scancel_names(names)
+    shutil.rmtree(work, ignore_errors=True)
+    router_wheels()
+    load = None
+    try:
+        proc = run_playbook('deploy.yml', extra, str(tmp_path), timeout=900)
+        assert proc.returncode == 0, proc.stdout[-6000:]
+        endpoint = ssh('cat ~/%s/endpoint' % TR_WORK)
+        base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
+        router_node = live_jobs(lambda n: n == TR_SERVE + '-router')[0]
+        node = ssh("squeue --me -h -j %s -o '%%N'" % router_node[0]).strip()
+        loadgen = os.path.join(work, 'it-loadgen.py')
+        shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
+        chown_login(loadgen)
+        users0, types0 = sdiag()
+        started = time.monotonic()
+        load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
+                                       '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, TR_WORK, TWO_SECONDS, node, work)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+        out, err = load.communicate(timeout=TWO_SECONDS + 180)
+        minutes = (time.monotonic() - started) / 60.0
+        users1, types1 = sdiag()
+        rpcs = diff(users1, users0, target.LOGIN_USER)[0]
+        by_type = dict((k, diff(types1, types0, k)[0]) for k in types1)
+        summary = json.loads(out.strip().splitlines()[-1])
+        handovers = [line.split() for line in ssh('cat ~/%s/handovers.log' % TR_WORK).splitlines() if line.strip()]
+        per_replica = dict((name, len([h for h in handovers if h[1] == name])) for name in (TR_SERVE, TR_SERVE + '-2'))
+        overlaps = [int(h[0]) - int(h[4]) for h in handovers if h[4].isdigit()]
+        assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
+        assert min(per_replica.values()) >= 4 * TWO_SECONDS // 600, (per_replica, handovers)
+        assert ssh('cat ~/%s/endpoint' % TR_WORK) == endpoint
+        per_minute_per_replica = rpcs / minutes / 2
+        print('\nCONTINUITY: two replicas of 3-minute jobs, successors 1 minute after each start, %.1f minutes under 5 '
+              'requests a second: handovers %s (overlap %s s each, %.3f GPU-hours in all), %d requests, outcomes %s '
+              '(streamed %s), p50 %s ms p99 %s ms, the URL unchanged; controller RPCs of %s: %d, %.2f per minute per '
+              'replica; by type (all users): %s' % (
+                  minutes, per_replica, '-'.join(str(o) for o in (min(overlaps), max(overlaps))) if overlaps else '?',
+                  sum(overlaps) * 8 / 3600.0, summary['sent'], summary['outcomes'], summary['streamed'],
+                  summary['latency_ms']['p50'], summary['latency_ms']['p99'], target.LOGIN_USER, rpcs, per_minute_per_replica,
+                  dict((k, v) for k, v in sorted(by_type.items()) if v)))
+        assert per_minute_per_replica <= 1.0, (rpcs, minutes)
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+        shutil.copytree(work, str(tmp_path / 'work'), ignore=shutil.ignore_patterns('api-key', '.*'), dirs_exist_ok=True)
+        run_playbook('teardown.yml', dict(extra, glm_teardown_download=True), str(tmp_path))
+        deadline = time.monotonic() + 150
+        while live_jobs(lambda n: n in names) and time.monotonic() < deadline:
+            time.sleep(5)
+        scancel_names(names)
+        shutil.rmtree(work, ignore_errors=True)

@@ -292,7 +292,7 @@ def test_successors_are_submitted_by_the_job_and_the_old_job_drains_when_taken_o
             % str(rendered["successors"]))
     assert call in text, text[text.index("SUCCESSOR_FILE="):][:600]
     assert "kill ${CONTINUITY:-} 2> /dev/null || true' EXIT" in text
-    assert '"job $(cut -d\' \' -f1 "$SUCCESSOR_FILE.took-over") took the replica\'s place (server_successors_until)"' in text
+    assert '"$(glm_drain_why "$REPLICA_FILE" 120 "$SUCCESSOR_FILE")"' in text
     # the handover recorded for status, in the layout's file, with the GPUs both jobs held meanwhile (8 x 1 node)
     handovers = str(rendered["successors"].parent / "handovers.log")
     assert 'glm_record_handover %s "$SUCCESSOR_FILE.took-over" 8\n' % handovers in text
@@ -381,6 +381,31 @@ def test_a_job_taken_over_by_its_successor_drains(tmp_path):
     assert proc.returncode == 0 and len(lines) == 2, proc.stderr
     end, name, old, new, start, gpus = lines[0].split()
     assert (name, old, new, start, gpus) == ("glm-serve-2", "41", "77", "1764930000", "8") and int(end) > 1764930000
+
+
+def test_the_drain_says_why(tmp_path):
+    """glm_drain_why (serve_ready.bash): the successor's takeover, a rolling change's new job (the deploy's USR1; with
+    successors on, a took-over by another job than the one submitted), the service's end, or the time limit."""
+    ready = os.path.join(os.path.dirname(SUCCESSOR_FUNCTIONS), "serve_ready.bash")
+    url, nxt = tmp_path / "r.url", tmp_path / "next"
+
+    def why(*args):
+        proc, _argv = run_functions(tmp_path, "source %s; glm_drain_why %s" % (ready, " ".join(str(a) for a in args)), "")
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+    url.write_text("http://node1:30000\n41\n")
+    assert why(url, 120) == "the time limit is 120 s away (server_drain_before)"
+    assert why(url, 120, nxt) == "the time limit is 120 s away (server_drain_before)"
+    url.write_text("http://node2:30000\n55\n")
+    assert why(url, 120) == "job 55 took the replica's place (a change rolled out by the deploy)"
+    nxt.write_text("77\n1764933600\n")
+    (tmp_path / "next.took-over").write_text("77 1764930000\n")
+    assert why(url, 120, nxt) == "job 77 took the replica's place (server_successors_until)"
+    (tmp_path / "next.took-over").write_text("55 1764930000\n")
+    assert why(url, 120, nxt) == "job 55 took the replica's place (a change rolled out by the deploy)"
+    (tmp_path / "next.took-over").unlink()
+    (tmp_path / "next.ended").write_text("2026-12-05 10:20:00\n")
+    assert why(url, 120, nxt) == "the service ends at 2026-12-05 10:20:00 (teardown's glm_stop_at)"
 
 
 def test_the_services_end_stops_the_successors(tmp_path):

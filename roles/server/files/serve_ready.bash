@@ -51,8 +51,9 @@ glm_sglang_load() {
 }
 
 # glm_drain SERVER_PID REPLICA_FILE METRICS_URL SECONDS [WHY]: Slurm's USR1, SECONDS before the job's time limit
-# (sbatch --signal=B:USR1@SECONDS, server_drain_before), or the job's own once its successor took its place (WHY says
-# so; successor.bash). The replica leaves the router, waits 10 s (the router drops
+# (sbatch --signal=B:USR1@SECONDS, server_drain_before), the job's own once its successor took its place
+# (successor.bash), or the deploy's once a rolling change's new job took it (WHY says which: glm_drain_why). The
+# replica leaves the router (unless its file is another job's by now), waits 10 s (the router drops
 # it within its sync interval), then until SGLang's /metrics shows no running or queued request (at most until 15 s
 # before the limit; at once without metrics), then asks SGLang to stop through GLM_STOP_FILE (the step's loop sends
 # it a SIGTERM) and waits for it: the job ends COMPLETED before Slurm's SIGTERM, with no request cut.
@@ -72,6 +73,26 @@ glm_drain() {
   : > "$GLM_STOP_FILE"
   wait "$server_pid" || true
   echo "[glm.serve] SGLang stopped $((SECONDS - started)) s after the drain began, before the time limit"
+}
+
+# glm_drain_why REPLICA_FILE SECONDS [SUCCESSOR_FILE]: why this job drains, for its log (glm_drain's WHY): its
+# successor took the replica's place (SUCCESSOR_FILE.took-over, successor.bash; another job than the one it submitted:
+# a rolling change's), the service's end came (.ended), another job of the replica's name took its place (the replica
+# file's second line: a rolling change's new job, whose deploy sent this job USR1), or Slurm's USR1 SECONDS before the
+# time limit (server_drain_before).
+glm_drain_why() {
+  local owner= successor=
+  if [ -n "${3:-}" ] && [ -s "$3.took-over" ]; then
+    read -r owner _ < "$3.took-over" || true
+    successor=$(sed -n 1p "$3" 2> /dev/null) || successor=
+    echo "job $owner took the replica's place ($([ "$owner" = "$successor" ] && echo server_successors_until || echo 'a change rolled out by the deploy'))"
+  elif [ -n "${3:-}" ] && [ -s "$3.ended" ]; then
+    echo "the service ends at $(cat "$3.ended") (teardown's glm_stop_at)"
+  elif owner=$(sed -n 2p "$1" 2> /dev/null) && [ -n "$owner" ] && [ "$owner" != "${SLURM_JOB_ID:-}" ]; then
+    echo "job $owner took the replica's place (a change rolled out by the deploy)"
+  else
+    echo "the time limit is $2 s away (server_drain_before)"
+  fi
 }
 
 # glm_leave_router REPLICA_FILE: take this job's replica out of the router (the file, when it is still this job's: its

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, three slurmd
+# A real Slurm cluster on localhost for testing glm.serve: munged, slurmctld, four slurmd
 # (node1, node2: 16 CPUs, 256 GiB, 8 fake GPUs each, partitions compute-h100 and compute-h200; node3: 8 CPUs,
-# 32 GiB, no GPU, partition cpu, for the router), a Pyxis stand-in SPANK plugin, and a
+# 32 GiB, no GPU, partition cpu, for the router; node4, a GPU node as node1, only in partition gpu-all with node1 and
+# node2, for the tests that need a third), a Pyxis stand-in SPANK plugin, and a
 # login user reached by real SSH. Run as root. See tests/tooling/cluster/README.md. The stand-ins it installs (the
 # doubles: hf, SGLang, nvidia-smi, the Pyxis SPANK plugin) are tests/doubles/.
 #
@@ -35,13 +36,17 @@ SSH_LISTEN=${GLM_CLUSTER_SSH_LISTEN:-127.0.0.1}
 SSH_ADDR=${GLM_CLUSTER_SSH_ADDR:-}
 CTLD_PORT=${GLM_CLUSTER_CTLD_PORT:-6817}
 DBD_PORT=$((CTLD_PORT - 1))
-NODES=(node1 node2 node3)
-GPU_NODES=(node1 node2)
-declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12 [node3]=127.0.0.13)
-declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)) [node3]=$((CTLD_PORT + 3)))
+NODES=(node1 node2 node3 node4)
+GPU_NODES=(node1 node2 node4)
+# the partitions most tests use (compute-h100, compute-h200): two GPU nodes. node4, a third, is only in gpu-all (with
+# the other two), for the tests whose jobs need a node free beside two replicas: a rolling change's new job, the
+# successors of two replicas. So every other test sees the cluster it always saw.
+H100_NODES=(node1 node2)
+declare -A NODE_IP=([node1]=127.0.0.11 [node2]=127.0.0.12 [node3]=127.0.0.13 [node4]=127.0.0.14)
+declare -A NODE_PORT=([node1]=$((CTLD_PORT + 1)) [node2]=$((CTLD_PORT + 2)) [node3]=$((CTLD_PORT + 3)) [node4]=$((CTLD_PORT + 4)))
 # what a node has: the GPU nodes as an H100 node of the guide, node3 a small CPU node (the router's partition)
 declare -A NODE_HW=([node1]="CPUs=16 RealMemory=262144 Gres=gpu:8" [node2]="CPUs=16 RealMemory=262144 Gres=gpu:8"
-  [node3]="CPUs=8 RealMemory=32768")
+  [node3]="CPUs=8 RealMemory=32768" [node4]="CPUs=16 RealMemory=262144 Gres=gpu:8")
 # python3-venv: the router role makes its venv on the login node (python3 -m venv)
 PACKAGES=(slurmctld slurmd slurm-client munge libslurm-dev openssh-server openssh-client gcc libc6-dev python3 python3-venv
   squashfs-tools)
@@ -237,8 +242,9 @@ EOF
     for n in "${NODES[@]}"; do
       echo "NodeName=$n NodeAddr=$n NodeHostname=$n Port=${NODE_PORT[$n]} ${NODE_HW[$n]} State=UNKNOWN"
     done
-    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
-    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
+    echo "PartitionName=gpu-all Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
     echo "PartitionName=cpu Nodes=node3 Default=NO MaxTime=INFINITE State=UP"
   } | write_if_changed "$CONF"
   # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.

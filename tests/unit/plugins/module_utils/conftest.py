@@ -79,6 +79,9 @@ class FakeCli:
     def cancel(self, job_ids):
         self.calls.append(('cancel', list(job_ids)))
 
+    def signal_batch(self, job_ids, signal):
+        self.calls.append(('signal_batch', list(job_ids), signal))
+
     def start_now(self, job_id):
         self.calls.append(('start_now', job_id))
 

@@ -133,6 +133,51 @@ def test_find_or_submit_replaces_a_changed_job(script, make_ctx, cli):
     assert cli.names() == ['show_job', 'cancel', 'submit']         # the record answered for the script
 
 
+def test_start_first_submits_beside_the_live_jobs_and_names_them(script, make_ctx, cli):
+    # a rolling change: job 9 serves with the old script, its successor 12 waits on after:9+58; the new job starts
+    # beside them (nothing cancelled) and both are returned as the ones it replaces
+    ctx = make_ctx(script=script, recreate_on_change=True, change_strategy='start_first')
+    write_record(ctx, 9, 'old digest')
+    cli.jobs = {'9': row(9), '12': row(12, state='PENDING', reason='Dependency', dependency='after:9+58(unfulfilled)')}
+    job, fields = js.find_or_submit(ctx)
+    assert job['job_id'] == '5001' and fields['script_changed'] is True and fields['cancelled'] == []
+    assert sorted(fields['replacing']) == ['12', '9']
+    assert 'cancel' not in cli.names() and ctx.warnings == []
+    # the rerun of an interrupted deploy: 5001 runs the script as it is now, adopted; 9 and 12 still to end, but not
+    # 5002, 5001's own successor
+    cli.jobs.update({'5001': row(5001), '5002': row(5002, state='PENDING', reason='Dependency',
+                                                    dependency='after:5001+58(unfulfilled)')})
+    ctx = make_ctx(script=script, recreate_on_change=True, change_strategy='start_first')
+    job, fields = js.find_or_submit(ctx)
+    assert job['job_id'] == '5001' and sorted(fields['replacing']) == ['12', '9'] and cli.names().count('submit') == 1
+    assert ctx.warnings == []                   # two live jobs of the name, but one replaces the other: no warning
+    # all in place: nothing to replace, nothing returned
+    cli.jobs = {'5001': row(5001)}
+    job, fields = js.find_or_submit(make_ctx(script=script, recreate_on_change=True, change_strategy='start_first'))
+    assert job['job_id'] == '5001' and fields == {}
+
+
+def test_start_first_with_a_duplicate_check_keeps_the_jobs_it_replaces(script, make_ctx, cli):
+    ctx = make_ctx(script=script, recreate_on_change=True, change_strategy='start_first', duplicate_check='always')
+    write_record(ctx, 9, 'old digest')
+    cli.jobs = {'9': row(9)}
+    job, fields = js.find_or_submit(ctx)
+    # job 9 is older than ours, but it is the one being replaced, not a concurrent run's: ours is kept
+    assert job['job_id'] == '5001' and fields['replacing'] == ['9'] and 'cancel' not in cli.names()
+
+
+def test_fail_strategy_refuses_a_change_before_anything_is_done(script, make_ctx, cli):
+    ctx = make_ctx(script=script, recreate_on_change=True, change_strategy='fail')
+    write_record(ctx, 9, 'old digest')
+    cli.jobs = {'9': row(9)}
+    with pytest.raises(ActionError, match=r'differs from the one job 9 \(srv\) runs.*nothing was cancelled or submitted'):
+        js.find_or_submit(ctx)
+    assert 'cancel' not in cli.names() and 'submit' not in cli.names()
+    # the same script: adopted, as ever
+    write_record(ctx, 9, js.script_digest(text=SCRIPT))
+    assert js.find_or_submit(make_ctx(script=script, recreate_on_change=True, change_strategy='fail'))[0]['job_id'] == '9'
+
+
 def test_find_or_submit_cancels_a_job_that_can_never_run(script, make_ctx, cli):
     cli.jobs = {'9': row(9), '4': row(4, state='PENDING', reason='DependencyNeverSatisfied')}
     job, fields = js.find_or_submit(make_ctx(script=script, recreate=True))
