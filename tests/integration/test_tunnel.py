@@ -9,7 +9,7 @@ gateway supports shells, commands, SFTP (including modern scp), and forwarding t
 9.2p1's sshd_config(5): PermitOpen does "no pattern matching or address lookups" on names), so the old line
 `ssh -N -L PORT:NODE:30000` fails with "open failed: administratively prohibited" (issue 23, section 1). The line
 deploy prints now is `ssh -o ExitOnForwardFailure=yes -L PORT:127.0.0.1:RELAY ... 'python3 WORK/glm_relay.py RELAY
-NODE:30000'`: the relay (roles/glm/files/glm_relay.py) listens on the login node's loopback for as long as that ssh
+NODE:30000 WORK/endpoint'`: the relay (roles/glm/files/glm_relay.py) listens on the login node's loopback for as long as that ssh
 runs. The test runs exactly that line (only the laptop's port is a free one instead of 30000), with its input kept
 open as a terminal's would be, then checks that no relay is left on the login node once the ssh client has exited.
 """
@@ -121,7 +121,7 @@ def test_the_gateway_refuses_a_node_as_destination(served):
     """The test cluster's sshd is as strict as the platform's gateway: -L to a node (the line deploy printed before
     issue 23) opens the local port, but every connection through it is refused by the login node."""
     remote = shlex.split(served['tunnel'])[-1]
-    node = remote.split()[-1]
+    node = shlex.split(remote)[3]                  # python3 RELAY PORT NODE:PORT ENDPOINT_FILE
     argv = shlex.split(served['tunnel'])[:-1]
     spec = argv.index('-L') + 1
     port = free_port()
@@ -153,6 +153,8 @@ def test_the_printed_tunnel_and_the_openai_client(served):
     argv, relay_port = printed_argv(served, port)
     relay_file = os.path.join(login_home(), WORK, 'glm_relay.py')
     assert shlex.split(argv[-1])[:3] == ['python3', relay_file, str(relay_port)], argv
+    # the endpoint file last: each new connection goes where it says then (a server resubmitted elsewhere is followed)
+    assert shlex.split(argv[-1])[4] == os.path.join(login_home(), WORK, 'endpoint'), argv
     assert oct(os.stat(relay_file).st_mode & 0o777) == '0o700'
     tunnel, lines = open_tunnel(argv)
     try:

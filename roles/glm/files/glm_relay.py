@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The way in from the operator's machine through the cluster's SSH gateway: a TCP relay on the login node.
 
-    ssh -L 30000:127.0.0.1:PORT training 'python3 /home/USER/glm/glm_relay.py PORT NODE:30000'
+    ssh -L 30000:127.0.0.1:PORT training 'python3 /home/USER/glm/glm_relay.py PORT NODE:30000 /home/USER/glm/endpoint'
 
 (the line deploy.yml and status.yml print, with PORT and NODE filled in). The gateway forwards only to loopback ports
 of the login node: "forwarding to loopback ports on the login node [...] Remote forwarding and non-loopback
@@ -11,6 +11,10 @@ destinations are refused" (the guide's platform notes), so ``ssh -L 30000:NODE:3
 administratively prohibited"). This listens on 127.0.0.1:PORT of the login node, which the gateway lets the ``-L``
 reach, and relays every connection to NODE:30000 (the server, or the router in front of several replicas), bytes as
 they come: a streamed (SSE) answer is passed on chunk by chunk, and a half-closed connection stays open the other way.
+With the deployment's endpoint file as a third argument, each new connection goes where that file's GLM_BASE_URL
+says at that moment (NODE:30000 until it names something else): a server or router whose next job runs elsewhere (a
+requeue, a deploy that resubmitted it, a router's successor) is followed without a new ssh line; the connections
+already open stay where they are.
 
 It lives as long as the ssh session that started it: it is that session's command, and it ends when its standard
 input closes (the ssh client exited, was interrupted or lost its connection: sshd then closes the command's input),
@@ -28,6 +32,7 @@ on a command line and never here. Python 3 standard library only (the login node
 """
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -35,6 +40,8 @@ import threading
 import time
 
 BUFFER = 65536
+# the endpoint file's line: GLM_BASE_URL=http(s)://HOST:PORT/v1
+URL_RE = re.compile(r'^GLM_BASE_URL=https?://([^/:]+|\[[^\]]+\]):(\d+)(/|$)')
 CONNECT_TIMEOUT = 15
 # ports the playbooks derive from (glm_relay_port's range): a free one is suggested from here when PORT is taken
 RANGE = (20000, 29000)
@@ -120,28 +127,53 @@ def relay(client, target):
     upstream.close()
 
 
-def serve(server, target):
+def endpoint_target(path, fallback):
+    """(host, port) of GLM_BASE_URL in the deployment's endpoint file (the server's, or the router's: each job writes it
+    atomically where it runs), read again for each connection; FALLBACK when the file is missing or names none."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                match = URL_RE.match(line.strip())
+                if match:
+                    return match.group(1).strip('[]'), int(match.group(2))
+    except (OSError, ValueError):
+        pass
+    return fallback
+
+
+def serve(server, target, endpoint_file=None):
+    """Accept and relay each connection in a thread of its own. With ENDPOINT_FILE, each new connection goes where
+    the file says now (a router or server that moved to another node or port: its next job wrote the file), the
+    connections already open stay where they are; a move is said once."""
     while True:
         try:
             client, _peer = server.accept()
         except OSError:
             return
+        now = endpoint_target(endpoint_file, target) if endpoint_file else target
+        if now != target:
+            say('the endpoint moved (%s): %s:%d -> %s:%d for the new connections' % ((endpoint_file,) + target + now))
+            target = now
         worker = threading.Thread(target=relay, args=(client, target))
         worker.daemon = True
         worker.start()
 
 
+USAGE = ('usage: glm_relay.py PORT HOST:PORT [ENDPOINT_FILE]  (listen on 127.0.0.1:PORT of the login node, relay to '
+         'HOST:PORT, or to where ENDPOINT_FILE says at each new connection)')
+
+
 def parse_args(argv):
-    """(port, (host, port)) of the command line, or None when it is wrong (said on stderr)."""
-    if len(argv) != 2 or not argv[0].isdigit() or ':' not in argv[1]:
-        say('usage: glm_relay.py PORT HOST:PORT  (listen on 127.0.0.1:PORT of the login node, relay to HOST:PORT)')
+    """(port, (host, port), endpoint file or None) of the command line, or None when it is wrong (said on stderr)."""
+    if len(argv) not in (2, 3) or not argv[0].isdigit() or ':' not in argv[1]:
+        say(USAGE)
         return None
     port = int(argv[0])
     host, _sep, target_port = argv[1].rpartition(':')
     if not host or not target_port.isdigit() or not 0 < port < 65536 or not 0 < int(target_port) < 65536:
-        say('usage: glm_relay.py PORT HOST:PORT  (ports from 1 to 65535)')
+        say(USAGE + ' (ports from 1 to 65535)')
         return None
-    return port, (host, int(target_port))
+    return port, (host, int(target_port)), (os.path.expanduser(argv[2]) if len(argv) == 3 else None)
 
 
 def listen(port):
@@ -195,7 +227,7 @@ def main(argv):
     args = parse_args(argv)
     if args is None:
         return EX_USAGE
-    port, target = args
+    port, target, endpoint_file = args
     server = listen(port)
     if server is None:
         return EX_TEMPFAIL
@@ -208,8 +240,9 @@ def main(argv):
     for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
         signal.signal(number, stop)
     parent = os.getppid()
-    say('127.0.0.1:%d on %s -> %s:%d, until this ssh session ends' % ((port, socket.gethostname()) + target))
-    in_background(serve, server, target)
+    say('127.0.0.1:%d on %s -> %s:%d%s, until this ssh session ends' % ((port, socket.gethostname()) + target + (
+        ' (or where %s says, at each new connection)' % endpoint_file if endpoint_file else '',)))
+    in_background(serve, server, target, endpoint_file)
     in_background(watch_parent, parent)
     # the session's input: its end is the end of the ssh session (or of the client's connection)
     read_until_closed()

@@ -666,6 +666,14 @@ all_running() {
   live_pid "$D/run/sshd.pid" >/dev/null || return 1
 }
 
+# ctld_knows_nodes: true unless a running slurmctld lists fewer nodes than NODES (it started with an older slurm.conf)
+ctld_knows_nodes() {
+  local known n
+  live_pid "$D/run/slurmctld.pid" >/dev/null || return 0
+  known=" $(sinfo -h -N -o %N 2>/dev/null | sort -u | tr '\n' ' ') "
+  for n in "${NODES[@]}"; do [[ $known == *" $n "* ]] || return 1; done
+}
+
 cmd_start() {
   need_root
   installed || die "not installed: run '$0 install' first"
@@ -694,7 +702,17 @@ cmd_start() {
   local cold=1
   if live_pid "$D/run/slurmctld.pid" >/dev/null; then cold=; fi
   for n in "${NODES[@]}"; do if live_pid "$D/run/slurmd-$n.pid" >/dev/null; then cold=; fi; done
+  local conf_before
+  conf_before=$(md5sum <"$CONF" 2>/dev/null || true)
   write_slurm_conf
+  if [ -z "$cold" ] && { [ "$conf_before" != "$(md5sum <"$CONF")" ] || ! ctld_knows_nodes; }; then
+    # a node or partition added while some daemons ran (a cluster of an earlier checkout, node4 missing): slurmctld
+    # (22.05: reconfigure adds no node) and the running slurmd read the node list only when they start. Their jobs'
+    # slurmstepd live on and are taken back when they start again.
+    log "configuration changed while Slurm ran (nodes or partitions): restarting slurmctld and the slurmd"
+    for n in "${NODES[@]}"; do stop_pidfile "slurmd $n" "$D/run/slurmd-$n.pid"; done
+    stop_pidfile slurmctld "$D/run/slurmctld.pid"
+  fi
   make_gpus
   start_munged
   if [ -n "$ACCOUNTING" ]; then

@@ -131,13 +131,53 @@ def _relay_module():
 
 def test_parse_args_takes_port_and_target_and_says_what_is_wrong(capsys):
     relay = _relay_module()
-    assert relay.parse_args(['20001', 'node1:30000']) == (20001, ('node1', 30000))
-    assert relay.parse_args(['20001', '::1:30000']) == (20001, ('::1', 30000))
+    assert relay.parse_args(['20001', 'node1:30000']) == (20001, ('node1', 30000), None)
+    assert relay.parse_args(['20001', '::1:30000']) == (20001, ('::1', 30000), None)
+    assert relay.parse_args(['20001', 'node1:30000', '/home/u/glm/endpoint']) == (20001, ('node1', 30000), '/home/u/glm/endpoint')
     for argv in ([], ['x', 'node1:30000'], ['20001', 'node1'], ['20001', 'node1:70000'], ['0', 'node1:1'],
-                 ['20001', ':30000']):
+                 ['20001', ':30000'], ['20001', 'node1:30000', 'f', 'g']):
         assert relay.parse_args(argv) is None, argv
     err = capsys.readouterr().err
-    assert 'glm-relay: usage: glm_relay.py PORT HOST:PORT' in err and '(ports from 1 to 65535)' in err
+    assert 'glm-relay: usage: glm_relay.py PORT HOST:PORT [ENDPOINT_FILE]' in err and '(ports from 1 to 65535)' in err
+
+
+def test_the_endpoint_file_is_read_at_each_connection(tmp_path):
+    """With the endpoint file, a new connection goes where its GLM_BASE_URL says then (the router's successor, a
+    resubmitted server), an open one stays; a file that is missing or names nothing leaves the target as it was."""
+    relay = _relay_module()
+    path = str(tmp_path / 'endpoint')
+    assert relay.endpoint_target(path, ('node3', 30000)) == ('node3', 30000)
+    (tmp_path / 'endpoint').write_text('GLM_BASE_URL=https://node3:30001/v1\nGLM_MODEL=glm\nGLM_TLS_CERT=/c\n')
+    assert relay.endpoint_target(path, ('node3', 30000)) == ('node3', 30001)
+    (tmp_path / 'endpoint').write_text('GLM_BASE_URL=http://[::1]:30000/v1\n')
+    assert relay.endpoint_target(path, ('node3', 30000)) == ('::1', 30000)
+    (tmp_path / 'endpoint').write_text('GLM_MODEL=glm\n')
+    assert relay.endpoint_target(path, ('node3', 30000)) == ('node3', 30000)
+    # end to end: two upstreams, the file moved from one to the other between two connections
+    first, second = upstream_server(), upstream_server()
+    first_port, open_one = first.getsockname()[1], None
+    (tmp_path / 'endpoint').write_text('GLM_BASE_URL=http://127.0.0.1:%d/v1\n' % first_port)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, RELAY, str(port), '127.0.0.1:1', path],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert ping(port) == b'pong'
+        open_one = connect(port)
+        first.close()                                   # the old one gone: only the move can answer now
+        (tmp_path / 'endpoint').write_text('GLM_BASE_URL=http://127.0.0.1:%d/v1\n' % second.getsockname()[1])
+        assert ping(port) == b'pong'
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+        err = proc.stderr.read().decode()
+        assert 'the endpoint moved (%s): 127.0.0.1:%d -> 127.0.0.1:%d for the new connections' % (
+            path, first_port, second.getsockname()[1]) in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if open_one is not None:
+            open_one.close()
+        second.close()
 
 
 def test_listen_on_a_taken_port_says_so_and_names_a_free_one(capsys):
