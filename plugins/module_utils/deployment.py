@@ -28,7 +28,7 @@ from ansible_collections.glm.serve.plugins.module_utils import usage as usage_fi
 from ansible_collections.glm.serve.plugins.module_utils.accounting import ACCOUNTING_MAX
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import read_bad_nodes
 from ansible_collections.glm.serve.plugins.module_utils.job_actions import INFO_KEYS, probe_job
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import AFTER_RE, current_jobs, is_ending, is_live
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import after_deps, current_jobs, is_ending, is_live
 from ansible_collections.glm.serve.plugins.module_utils.job_wait import make_probe
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError
 
@@ -117,9 +117,8 @@ def successors(jobs):
     by_id = dict((str(j['job_id']), j) for j in jobs)
     out = []
     for job in jobs:
-        timed = [m for m in AFTER_RE.finditer(job.get('dependency') or '') if m.group(2)] if job.get('state') == 'PENDING' else []
-        found = timed[0] if timed else None
-        before = by_id.get(found.group(1)) if found else None
+        found = next(((i, minutes) for i, minutes in after_deps(job) if minutes is not None), None)
+        before = by_id.get(found[0]) if found else None
         if before is None:
             continue
         starts = None
@@ -130,7 +129,7 @@ def successors(jobs):
             except ValueError:
                 seconds = None
             if seconds is not None:
-                starts = time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(end - seconds + int(found.group(2)) * 60))
+                starts = time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(end - seconds + found[1] * 60))
         out.append({'replica': job.get('name'), 'job_id': job['job_id'], 'after': before['job_id'], 'starts': starts})
     return out
 

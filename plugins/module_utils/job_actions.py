@@ -33,6 +33,7 @@ from ansible_collections.glm.serve.plugins.module_utils.job_wait import ATTEMPT_
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying, failed_result, fail_kwargs
 from ansible_collections.glm.serve.plugins.module_utils.submit_lock import SubmitLock, fcntl, lock_path
 from ansible_collections.glm.serve.plugins.module_utils.submit_record import script_digest, script_output_pattern
+from ansible_collections.glm.serve.plugins.module_utils.wait_failures import with_hints
 
 #: The verbs and what the modules build them with; the rest are names that other files import from here.
 __all__ = ['Context', 'present', 'absent', 'info', 'fail_kwargs', 'ActionError', 'current_user',
@@ -144,7 +145,7 @@ def hint_refusal(exc, hints, result):
     message matches, after "What to do:", as a failed wait does."""
     found = matching_hints(hints, exc) if isinstance(exc, ActionError) else []
     if found:
-        exc.msg = exc.msg.rstrip('.') + '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in found)
+        exc.msg = with_hints(exc.msg, found)
         result['hints'] = found
 
 

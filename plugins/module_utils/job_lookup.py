@@ -61,13 +61,19 @@ def is_dead_pending(job):
 AFTER_RE = re.compile(r'(?:^|[,?])after:(\d+)(?:\+(\d+))?')
 
 
+def after_deps(job):
+    """[(job id, minutes or None)] of a PENDING job's ``after:ID[+MINUTES]`` dependencies; [] for any other job."""
+    if job.get('state') != 'PENDING':
+        return []
+    return [(m.group(1), int(m.group(2)) if m.group(2) else None) for m in AFTER_RE.finditer(job.get('dependency') or '')]
+
+
 def successor_ids(jobs):
     """The ids of the jobs of the list that are the successor of another one: PENDING on ``after:ID`` of a job of the
     list (glm.serve.server's ``service_until``: a serving job submits the next one of its name so, to start before
     its own time limit). The job a name stands for is one of the others."""
     ids = set(str(j.get('job_id')) for j in jobs)
-    return [j['job_id'] for j in jobs if j.get('state') == 'PENDING'
-            and any(m.group(1) in ids and m.group(1) != str(j['job_id']) for m in AFTER_RE.finditer(j.get('dependency') or ''))]
+    return [j['job_id'] for j in jobs if any(i in ids and i != str(j['job_id']) for i, _minutes in after_deps(j))]
 
 
 def current_jobs(live):

@@ -19,7 +19,7 @@ from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.accounting import report_previous
 from ansible_collections.glm.serve.plugins.module_utils.backoff import Backoff, retry
 from ansible_collections.glm.serve.plugins.module_utils.bad_nodes import sbatch_args_avoiding
-from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (AFTER_RE, current_jobs, find_live, id_key, is_dead_pending,
+from ansible_collections.glm.serve.plugins.module_utils.job_lookup import (after_deps, current_jobs, find_live, id_key, is_dead_pending,
                                                                            live_jobs, lookup)
 from ansible_collections.glm.serve.plugins.module_utils.slurm_cli import SlurmError, SlurmTransientError
 from ansible_collections.glm.serve.plugins.module_utils.slurm_errors import ActionError, carrying
@@ -255,16 +255,12 @@ def adopt_current(ctx, live, current):
     job = next((j for j in current if not script_changed(ctx, j)), None)
     if job is None:
         return None, {'script_changed': True, 'replacing': [j['job_id'] for j in live]}
-    others = [j['job_id'] for j in live if j is not job and not _follows(j, job)]
+    # not the adopted job's own successors (PENDING on after:ITS_ID)
+    others = [j['job_id'] for j in live if j is not job and str(job['job_id']) not in [i for i, _m in after_deps(j)]]
     job, fields = _begin_now(ctx, job)
     if others:
         fields['replacing'] = others
     return job, fields
-
-
-def _follows(job, predecessor):
-    """True when job is PENDING on after:PREDECESSOR (its successor)."""
-    return job.get('state') == 'PENDING' and any(m.group(1) == str(predecessor['job_id']) for m in AFTER_RE.finditer(job.get('dependency') or ''))
 
 
 def _outdated(ctx, live):

@@ -60,6 +60,14 @@ def waiting_for_node(job):
     return bool(job) and job.get('state') == 'PENDING' and job.get('reason') in sp.RESOURCE_REASONS
 
 
+def with_hints(text, hints):
+    """TEXT, then "What to do:" and each hint as a sentence (TEXT as it is without hints): a failed wait's message,
+    and a refusal's (job_actions.hint_refusal)."""
+    if not hints:
+        return text
+    return text.rstrip('.') + '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in hints)
+
+
 class WaitFailed(Exception):
     """The wait ended without success. Its parts are fields; ``msg`` renders them once.
 
@@ -105,8 +113,7 @@ class WaitFailed(Exception):
             text += ': %s' % self.reason
         for note in self.notes:
             text += '. %s' % note
-        if self.hints:
-            text = text.rstrip('.') + '. What to do: %s' % ' '.join(h.strip().rstrip('.') + '.' for h in self.hints)
+        text = with_hints(text, self.hints)
         tail = self._tail_text()
         if tail and self.hints:
             text = text[:-1]

@@ -144,6 +144,28 @@ def scancel_names(names):
         ssh('; '.join('scancel --name=%s' % shlex.quote(name) for name in names), check=False)
 
 
+def load_target(work_name, router_name):
+    """(the endpoint file's text, its GLM_BASE_URL, the router job's node) of a deployment behind the router: what a
+    load through the router needs (two ssh calls, one squeue as the login user)."""
+    endpoint = ssh('cat ~/%s/endpoint' % work_name)
+    base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
+    router = live_jobs(lambda n: n == router_name)[0]
+    return endpoint, base, ssh("squeue --me -h -j %s -o '%%N'" % router[0]).strip()
+
+
+def start_load(work_name, base, node, seconds):
+    """tests/tooling/loadgen.py on the login node, as a client on the cluster would run it: 5 requests a second to
+    BASE for SECONDS, a quarter streamed, the key from the deployment's file, one line per request in
+    WORK/it-load.jsonl. No Slurm call. Returns the Popen (its last stdout line: the JSON summary)."""
+    work = os.path.join(login_home(), work_name)
+    loadgen = os.path.join(work, 'it-loadgen.py')
+    shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
+    chown_login(loadgen)
+    return subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
+                                   '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, work_name, seconds, node, work)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+
+
 def snapshot(root):
     """Every entry under root: relative path -> (type, size, mtime_ns, mode, uid, gid). Missing root: {}."""
     result = {}

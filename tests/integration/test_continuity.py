@@ -35,8 +35,8 @@ import time
 import pytest
 
 import cluster_target as target
-from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, login_home, recap,
-                            require_cluster, router_wheels, run_playbook, scancel_names, ssh)
+from deploy_helpers import (CLUSTER, REPO, ROUTER_WHEELS, isolated_vars, live_jobs, load_target, login_home,
+                            recap, require_cluster, router_wheels, run_playbook, scancel_names, ssh, start_load)
 
 pytestmark = pytest.mark.continuity
 
@@ -171,16 +171,8 @@ def test_successors_keep_one_replica_answering_through_its_time_limits(tmp_path)
         assert proc.returncode == 0, proc.stdout[-6000:]
         # the router's own job is not handed over: the deploy says when it ends, before "forever"
         assert 'WARNING: the router job' in proc.stdout and 'before server_successors_until=forever' in proc.stdout, proc.stdout[-3000:]
-        endpoint = ssh('cat ~/%s/endpoint' % SC_WORK)
-        base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
-        router_node = live_jobs(lambda n: n == SC_SERVE + '-router')[0]
-        node = ssh("squeue --me -h -j %s -o '%%N'" % router_node[0]).strip()
-        loadgen = os.path.join(work, 'it-loadgen.py')
-        shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
-        chown_login(loadgen)
-        load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
-                                       '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, SC_WORK, LOAD_SECONDS, node, work)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+        endpoint, base, node = load_target(SC_WORK, SC_SERVE + '-router')
+        load = start_load(SC_WORK, base, node, LOAD_SECONDS)
         started = time.monotonic()
         again = None
         while time.monotonic() < started + LOAD_SECONDS:
@@ -286,18 +278,11 @@ def test_two_replicas_hand_over_through_their_time_limits_and_the_controller_loa
     try:
         proc = run_playbook('deploy.yml', extra, str(tmp_path), timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        endpoint = ssh('cat ~/%s/endpoint' % TR_WORK)
-        base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
-        router_node = live_jobs(lambda n: n == TR_SERVE + '-router')[0]
-        node = ssh("squeue --me -h -j %s -o '%%N'" % router_node[0]).strip()
-        loadgen = os.path.join(work, 'it-loadgen.py')
-        shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
-        chown_login(loadgen)
+        endpoint, base, node = load_target(TR_WORK, TR_SERVE + '-router')
+        # from here on, no Slurm call of the login user but the jobs' own
         users0, types0 = sdiag()
         started = time.monotonic()
-        load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
-                                       '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, TR_WORK, TWO_SECONDS, node, work)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+        load = start_load(TR_WORK, base, node, TWO_SECONDS)
         out, err = load.communicate(timeout=TWO_SECONDS + 180)
         minutes = (time.monotonic() - started) / 60.0
         users1, types1 = sdiag()

@@ -29,12 +29,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 
-from deploy_helpers import (REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, login_home, recap,
-                            require_cluster, router_wheels, run_playbook, scancel_names, ssh)
+from deploy_helpers import (ROUTER_WHEELS, isolated_vars, live_jobs, load_target, login_home, recap, require_cluster,
+                            router_wheels, run_playbook, scancel_names, ssh, start_load)
 
 WORK, DOWNLOAD, SERVE = 'glm-it-rolling', 'it-rl-download', 'it-rl-serve'
 REPLICAS = [SERVE, SERVE + '-2']
@@ -99,16 +98,8 @@ def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_
         assert proc.returncode == 0, proc.stdout[-6000:]
         old = serving()
         assert all(len(ids) == 1 for ids in old.values()), old
-        endpoint = ssh('cat ~/%s/endpoint' % WORK)
-        base = dict(line.split('=', 1) for line in endpoint.split())['GLM_BASE_URL']
-        router = live_jobs(lambda n: n == SERVE + '-router')[0]
-        node = ssh("squeue --me -h -j %s -o '%%N'" % router[0]).strip()
-        loadgen = os.path.join(work, 'it-loadgen.py')
-        shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
-        chown_login(loadgen)
-        load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
-                                       '--timeout 60 --allow-host %s --log %s/it-load.jsonl' % (loadgen, base, WORK, LOAD_SECONDS, node, work)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
+        endpoint, base, node = load_target(WORK, SERVE + '-router')
+        load = start_load(WORK, base, node, LOAD_SECONDS)
         time.sleep(5)
 
         # the change, rolled: replica by replica, the new job beside the old one, the old one drained once the router
