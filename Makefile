@@ -163,9 +163,9 @@ pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins,
 continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that take minutes (a requeued replica: Slurm holds it 120 s), not in make test
 	pytest -p no:cacheprovider -s -m continuity tests/integration < /dev/null
 
-soak: setup cluster $(ROUTER_VENV)/.installed ## two replicas handing over under load for GLM_SOAK_SECONDS (default 1800) and the controller's RPCs per minute per replica, not in make test
+soak: setup cluster $(ROUTER_VENV)/.installed ## two replicas and the router handing over under load for GLM_SOAK_SECONDS (default 1800) and the controller's RPCs per minute per replica, not in make test
 	GLM_SOAK_SECONDS=$${GLM_SOAK_SECONDS:-1800} pytest -p no:cacheprovider -s -m continuity \
-	  tests/integration/test_continuity.py::test_two_replicas_hand_over_through_their_time_limits_and_the_controller_load_per_replica < /dev/null
+	  tests/integration/test_continuity.py::test_two_replicas_and_the_router_hand_over_through_their_time_limits_and_the_controller_load < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output

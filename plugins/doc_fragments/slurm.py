@@ -133,4 +133,11 @@ options:
             and its key are sent), whoever signed it and whatever host names it lists. A TLS failure (another
             certificate, no TLS) reads as a server still starting, with the reason in the wait's progress.
         type: path
+      endpoint_file:
+        description:
+          - The endpoint file the job writes once it serves (the router's, C(glm_endpoint_file)). While it names the
+            job (its C(GLM_ROUTER_JOB) line), the port of its C(GLM_BASE_URL) is asked instead of O(probe.port) (a router
+            successor on its predecessor's node moves its ports); while it names another job, the job has not taken
+            the endpoint yet and counts as starting. A file that names no job leaves O(probe.port).
+        type: path
 '''

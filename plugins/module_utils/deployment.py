@@ -198,17 +198,27 @@ class View(object):
         except ActionError as exc:
             return None, exc.msg
 
-    @staticmethod
-    def router_probe(probe, tls_cert):
+    def router_probe(self, probe, tls_cert):
         """The probe for the router: with TLS_CERT (its endpoint file's GLM_TLS_CERT, else router_tls_cert), over HTTPS
         pinned to it; never plain HTTP to a router that serves HTTPS (None: not asked, when the file holds no
-        certificate); else the replicas' probe."""
-        if probe is None or not tls_cert:
+        certificate); else the replicas' probe. Either asks the port of the endpoint file while it names the router
+        job (a successor on its predecessor's node moved its ports: router_port_offset)."""
+        if probe is None:
             return probe
         try:
-            return probe.over_tls(tls_cert)
+            probe = probe.over_tls(tls_cert) if tls_cert else probe
         except ValueError:
             return None
+        return probe.following(self.params.get('endpoint_file'))
+
+    def router_moved(self, router):
+        """How far the running ROUTER job moved its ports (router_port_offset), from the endpoint file that names it
+        (GLM_ROUTER_JOB, GLM_BASE_URL's port): 0 when the file names another job or none."""
+        if not router or not self.params.get('endpoint_file'):
+            return 0
+        owner, url = mp.endpoint_owner(self.params['endpoint_file'])
+        found = re.match(r'^https?://[^/]*:(\d+)', url or '')
+        return int(found.group(1)) - self.params['router_port'] if owner == router.get('job_id') and found else 0
 
     def asked(self, probe, job):
         return probe_job(probe, job) if probe is not None and job['state'] == 'RUNNING' else None
@@ -231,7 +241,8 @@ class View(object):
             return None
         served, answers = {}, None
         if router and router['state'] == 'RUNNING' and router.get('nodes'):
-            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'], '/metrics', body=True)
+            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'] + self.router_moved(router),
+                                     '/metrics', body=True)
             served = dict((u, n) for u, n in SERVED_RE.findall(text or '')) if code == 200 else {}
             answers = router_answers(text) if code == 200 else None
         return {'job': router or None, 'workers': workers, 'requests_served': served, 'answers': answers}
@@ -256,7 +267,8 @@ class View(object):
         http = self.server_http(server, probe) if server else self.server_http({}, None)
         answer = server.get('probe') or {}
         running = dict((j['role'], j) for j in (server, router) if j and j['state'] == 'RUNNING' and j.get('nodes'))
-        tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port']) if 'router' in running else
+        tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port'] + self.router_moved(running['router']))
+                     if 'router' in running else
                      '%s:%s' % (running['replica']['nodes'], params['port']) if 'replica' in running else '')
         said = progress(layout, (live_last(download) or (download[-1] if download else None)) or None,
                         server or (servers[-1] if servers else None), params.get('model_dir'),

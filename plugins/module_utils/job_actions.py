@@ -385,6 +385,6 @@ def probe_job(probe, job):
     node = sp.first_host(job.get('nodes') or job.get('batch_host'))
     if job.get('state') != 'RUNNING' or not node:
         return None
-    answer = probe.check(node)
+    answer = probe.check(node, job.get('job_id'))
     return {'status': answer.status, 'detail': answer.detail, 'answered': answer.answered,
-            'endpoint': probe.endpoint(node), 'models': answer.models, 'max_model_len': answer.max_model_len}
+            'endpoint': probe.endpoint(node, job.get('job_id')), 'models': answer.models, 'max_model_len': answer.max_model_len}

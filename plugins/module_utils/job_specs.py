@@ -18,6 +18,7 @@ def probe_options():
         model=dict(type='str', required=True),
         timeout=dict(type='int', default=5),
         tls_cert=dict(type='path'),
+        endpoint_file=dict(type='path'),
     )
 
 

@@ -35,7 +35,7 @@ def make_probe(probe):
     try:
         model_probe = mp.ModelProbe(probe['port'], probe.get('path') or '/v1/models', key, probe['model'],
                                     timeout=probe.get('timeout') or 5, key_file=probe['key_file'],
-                                    tls_cert=probe.get('tls_cert'))
+                                    tls_cert=probe.get('tls_cert'), endpoint_file=probe.get('endpoint_file'))
     except ValueError as exc:   # probe.tls_cert names no certificate
         raise ActionError('%s; set probe.tls_cert to the PEM certificate the server presents' % exc)
     return model_probe, (key,)

@@ -428,7 +428,7 @@ class JobWaiter:
         """Ask the server's port; True when the server stopped answering (worth a round of calls)."""
         job = self.jobs[target.job_id]
         port = target.port
-        result = port.check(sp.first_host(job.get('nodes') or job.get('batch_host')))
+        result = port.check(sp.first_host(job.get('nodes') or job.get('batch_host')), target.job_id)
         port.checked(self.clock.now())
         if result is None:
             return False

@@ -84,13 +84,14 @@ class ModelProbe:
     (HTTPS pinned to ``tls_cert`` when given), tests pass a fake one.
     """
 
-    def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None, tls_cert=None):
+    def __init__(self, port, path, key, model, timeout=5, key_file=None, opener=None, tls_cert=None, endpoint_file=None):
         self.port = int(port)
         self.path = path if path.startswith('/') else '/' + path
         self._key = key
         self.model = model
         self.timeout = timeout
         self.key_file = key_file
+        self.endpoint_file = endpoint_file
         self.scheme = 'https' if tls_cert else 'http'
         self._open = opener or (https_get(tls_cert) if tls_cert else http_get)
 
@@ -98,15 +99,40 @@ class ModelProbe:
         """This probe over HTTPS, trusting ``tls_cert`` alone (a router that serves HTTPS beside plain-HTTP replicas).
         Raises ValueError when the file holds no certificate."""
         return ModelProbe(self.port, self.path, self._key, self.model, timeout=self.timeout, key_file=self.key_file,
-                          tls_cert=tls_cert)
+                          tls_cert=tls_cert, endpoint_file=self.endpoint_file)
 
-    def endpoint(self, node):
-        return '%s://%s:%d' % (self.scheme, node, self.port)
+    def following(self, endpoint_file):
+        """This probe, asking the port of the endpoint file's GLM_BASE_URL while the file names the job (port_of)."""
+        probe = ModelProbe(self.port, self.path, self._key, self.model, timeout=self.timeout, key_file=self.key_file,
+                           opener=self._open, endpoint_file=endpoint_file)
+        probe.scheme = self.scheme
+        return probe
 
-    def check(self, node):
+    def port_of(self, job_id=None):
+        """(the port to ask, or None while the job does not serve the endpoint yet, the reason). Without an
+        endpoint file, or one that names no job (GLM_ROUTER_JOB: a router of an earlier release), ``port``; with one
+        that names JOB_ID, the port of its GLM_BASE_URL (a router successor on its predecessor's node moved its
+        ports); with one that names another job, None: that one serves the endpoint, this one has not taken it."""
+        if not self.endpoint_file or not job_id:
+            return self.port, None
+        owner, url = endpoint_owner(self.endpoint_file)
+        if not owner:
+            return self.port, None
+        if owner != str(job_id):
+            return None, 'the endpoint file names job %s (job %s has not taken the endpoint yet)' % (owner, job_id)
+        found = re.match(r'^https?://(?:[^/:]+|\[[^\]]+\]):(\d+)', url or '')
+        return (int(found.group(1)) if found else self.port), None
+
+    def endpoint(self, node, job_id=None):
+        return '%s://%s:%d' % (self.scheme, node, self.port_of(job_id)[0] or self.port)
+
+    def check(self, node, job_id=None):
         headers = {'Authorization': 'Bearer %s' % self._key, 'Accept': 'application/json'}
+        port, waiting = self.port_of(job_id)
+        if port is None:
+            return ProbeResult(STARTING, waiting)
         try:
-            code, body = self._open(node, self.port, self.path, headers, self.timeout)
+            code, body = self._open(node, port, self.path, headers, self.timeout)
         except (socket.timeout, socket.error, IOError, ValueError) as exc:
             return ProbeResult(STARTING, 'no answer (%s)' % _reason(exc))
         except Exception as exc:  # pylint: disable=broad-except  # http.client errors: RemoteDisconnected, BadStatusLine
@@ -126,6 +152,20 @@ class ModelProbe:
         if not ids:
             return ProbeResult(STARTING, 'HTTP 200 with no model yet', answered=True)
         return ProbeResult(WRONG_MODEL, 'serves %s, not %s' % (', '.join(ids), self.model), answered=True, models=ids)
+
+
+def endpoint_owner(path):
+    """(GLM_ROUTER_JOB, GLM_BASE_URL) of the endpoint file PATH (the router job that serves the endpoint and its URL);
+    ('', '') when the file is missing, unreadable or names no job."""
+    found = {}
+    try:
+        with open(path, encoding='utf-8') as handle:
+            for line in handle:
+                name, _sep, value = line.strip().partition('=')
+                found[name] = value
+    except (IOError, OSError, ValueError):
+        return '', ''
+    return found.get('GLM_ROUTER_JOB', ''), found.get('GLM_BASE_URL', '')
 
 
 def http_get(host, port, path, headers, timeout):

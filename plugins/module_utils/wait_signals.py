@@ -225,11 +225,11 @@ class PortSignal(Saved):
     def due(self, now):
         return now >= self.next_check
 
-    def check(self, node):
+    def check(self, node, job_id=None):
         if not node:
             return None
-        self.endpoint = self.probe.endpoint(node)
-        result = self.probe.check(node)
+        self.endpoint = self.probe.endpoint(node, job_id)
+        result = self.probe.check(node, job_id)
         self.previous, self.last = self.last, result
         return result
 

@@ -23,7 +23,8 @@ CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}
 class Router:
     """glm_router.py in a subprocess, its files and the router's URLs."""
 
-    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=(), tls=None):
+    def __init__(self, tmp_path, extra=(), key=KEY, policy="round_robin", router_args=(), tls=None, name="router", port=None,
+                 metrics_port=None, env=None):
         self.key_file = tmp_path / "api-key"
         if key is not None:
             self.key_file.write_text(key + "\n", encoding="utf-8")
@@ -32,9 +33,9 @@ class Router:
         self.replicas.mkdir(exist_ok=True)
         self.endpoint = tmp_path / "endpoint"
         self.workers_file = tmp_path / "router-workers.json"
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = port or free_port(), metrics_port or free_port()
         self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
-        self.log_path = tmp_path / "router.log"
+        self.log_path = tmp_path / (name + ".log")
         ours = ["--key-file", str(self.key_file), "--replicas-dir", str(self.replicas), "--endpoint-file", str(self.endpoint),
                 "--workers-file", str(self.workers_file), "--sync-interval", "0.5", "--advertise", "127.0.0.1"] + list(extra)
         theirs = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
@@ -43,7 +44,7 @@ class Router:
             theirs += ["--tls-cert-path", str(tls[0]), "--tls-key-path", str(tls[1])]
         argv = [ROUTER_PYTHON, LAUNCHER] + ours + ["--"] + theirs
         with open(self.log_path, "w", encoding="utf-8") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
 
     @property
     def log(self):

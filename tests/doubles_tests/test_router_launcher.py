@@ -176,6 +176,68 @@ def test_a_replicas_successor_takes_its_place_with_no_request_failing(servers, m
     assert r.served().get(new.url, 0) > 0
 
 
+def endpoint_of(path):
+    """The endpoint file as a client on the cluster reads it (each request): its VAR=VALUE lines."""
+    return dict(line.split("=", 1) for line in path.read_text(encoding="utf-8").split())
+
+
+def test_a_routers_successor_takes_the_endpoint_and_the_old_one_finishes_its_requests(servers, model_dir, router, tmp_path):
+    """router_successors_until: the router job's successor (GLM_SUCCESSOR_OF; on the same node, so its port is taken:
+    it moves its ports by --port-offset) answers, gets every replica healthy in its own gateway, then takes the
+    endpoint file (GLM_ROUTER_JOB names it). The old router sees that, finishes the requests it has (each takes 6 s
+    here: SGLang's /health waits for an output of a busy replica, so the successor finds them healthy once the first
+    requests ended, and the next ones are on the old router when the endpoint moves), stops its gateway,
+    records the handover and exits 0. Clients that read the endpoint file for each request, three at a time all
+    along: every request answered."""
+    one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5",
+                        GLM_STANDIN_SGLANG_DECODE="6") for _server in range(2)]
+    port, metrics_port, handovers = free_port(), free_port(), tmp_path / "handovers.log"
+    ours = ["--port-offset", "7", "--takeover-timeout", "30", "--handovers-file", str(handovers), "--drain-timeout", "30"]
+    job = {"SLURM_JOB_NAME": "glm-serve-router"}
+    old = router(extra=ours, port=port, metrics_port=metrics_port, env=dict(job, SLURM_JOB_ID="101"))
+    wait_for(lambda: old.endpoint.exists() or old.proc.poll() is not None, 30)
+    assert endpoint_of(old.endpoint)["GLM_ROUTER_JOB"] == "101", old.log
+    old.announce("glm-serve", one)
+    old.announce("glm-serve-2", two)
+    wait_for(lambda: len([w for w in old.workers().values() if w["is_healthy"]]) == 2, 30)
+    statuses, stop = [], threading.Event()
+
+    def send():
+        while not stop.is_set():
+            statuses.append(http("POST", endpoint_of(old.endpoint)["GLM_BASE_URL"] + "/chat/completions", key=KEY,
+                                 body=CHAT, timeout=30)[0])
+    clients = [threading.Thread(target=send) for _client in range(3)]
+    for client in clients:
+        client.start()
+    try:
+        time.sleep(1)                                                   # requests in flight on the old router
+        new = router(extra=ours, port=port, metrics_port=metrics_port, name="router-2",
+                     env=dict(job, SLURM_JOB_ID="102", GLM_SUCCESSOR_OF="101"))
+        wait_for(lambda: endpoint_of(old.endpoint).get("GLM_ROUTER_JOB") == "102" or new.proc.poll() is not None, 60)
+        took_over = time.monotonic()
+        assert old.proc.wait(60) == 0, old.log                          # it finished its requests, then ended
+        ended_after = time.monotonic() - took_over
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(40)
+    assert statuses and set(statuses) == {200}, (sorted(set(statuses)), old.log[-3000:], new.log[-3000:])
+    print("\nROUTER HANDOVER: %d requests all 200, the old router ended %.1f s after the endpoint moved" % (
+        len(statuses), ended_after))
+    moved = "http://127.0.0.1:%d/v1" % (port + 7)
+    assert endpoint_of(old.endpoint)["GLM_BASE_URL"] == moved, new.log
+    assert "port %d of this node is taken" % port in new.log and "takes port %d" % (port + 7) in new.log
+    assert "listening: %s (written to %s): taken over from job 101" % (moved, old.endpoint) in new.log
+    assert "job 102 has taken over the endpoint" in old.log and "handed over to job 102" in old.log
+    assert 1.5 < ended_after < 30, (ended_after, old.log[-2000:])         # after its requests, not at --drain-timeout
+    line = handovers.read_text(encoding="utf-8").split()
+    assert line[1:4] == ["glm-serve-router", "101", "102"] and line[5] == "0", line
+    assert json.loads(old.workers_file.read_text(encoding="utf-8"))["job_id"] == "102"   # the new one's, not removed
+    assert new.proc.poll() is None
+    assert http("POST", "http://127.0.0.1:%d/v1/chat/completions" % (port + 7), key=KEY, body=CHAT, timeout=30)[0] == 200
+    assert chat(old.url)[0] is None                                     # the old port is closed
+
+
 @pytest.mark.parametrize("case, message", [
     ("argv", "give the key in --key-file, not --api-key"),
     ("empty", "no API key in"),

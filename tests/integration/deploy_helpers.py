@@ -166,6 +166,15 @@ def start_load(work_name, base, node, seconds):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
 
 
+def start_relay(work_name, to, port):
+    """The tunnel's relay on the login node, as the line deploy prints starts it (roles/glm/files/glm_relay.py, its
+    input kept open): 127.0.0.1:PORT there, to TO (NODE:PORT) until the deployment's endpoint file names another
+    address, which each new connection then follows. Returns the Popen (close its stdin, or kill it, to end it)."""
+    work = os.path.join(login_home(), work_name)
+    return subprocess.Popen(SSH + ['python3 %s/glm_relay.py %d %s %s/endpoint' % (work, port, to, work)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, universal_newlines=True)
+
+
 def snapshot(root):
     """Every entry under root: relative path -> (type, size, mtime_ns, mode, uid, gid). Missing root: {}."""
     result = {}

@@ -62,7 +62,8 @@ def rendered(tmp_path_factory):
     custom = {"router_policy": "round_robin", "router_port": 31000, "router_host": "node", "router_extra_args": ["--cb-failure-threshold", "5"],
               "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G",
               "router_tls_cert": "/etc/glm/router cert.pem", "router_tls_key": "~/tls/router-key.pem", "router_proxy": "none"}
-    for name, extra in {"default": {}, "custom": custom}.items():
+    successors = {"router_successors_until": "forever", "router_time": "00:30:00", "router_handover_lead": 600}
+    for name, extra in {"default": {}, "custom": custom, "successors": successors}.items():
         proc = render(tmp, name, extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         scripts[name] = tmp / name / "router.sbatch"
@@ -91,6 +92,25 @@ def test_the_job_and_its_launcher(rendered):
     assert ours[ours.index("--proxy-metrics-port") + 1] == "29001"
     assert "--proxy" not in command(rendered["custom"])                   # router_proxy=none: the gateway alone
     assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
+
+
+def test_router_successors_until_makes_each_router_job_submit_its_successor(rendered, tmp_path):
+    """router_successors_until: once the endpoint file names this job, its successor is submitted (successor.bash's
+    glm_submit_successor: the router's script, its sbatch args, lead 600 s) in the background; the launcher moves its
+    ports on the same node and records the handover. Off by default (server_successors_until unset): none of it."""
+    text = rendered["successors"].read_text()
+    assert "glm_submit_successor()" in text and 'grep -qsx "GLM_ROUTER_JOB=$SLURM_JOB_ID"' in text
+    line = [l for l in text.splitlines() if "glm_submit_successor \"$SUCCESSOR_FILE\"" in l][0]
+    assert '"$SERVICE_END" 600' in line and text.split(line, 1)[1].lstrip().startswith("forever ")
+    assert "/successors/router.sbatch" in text.split(line, 1)[1].split("\n")[1]
+    assert 'this successor of router job $GLM_SUCCESSOR_OF ends without starting' in text
+    ours = command(rendered["successors"])
+    ours = ours[:ours.index("--")]
+    assert ours[ours.index("--port-offset") + 1] == "10" and ours[ours.index("--takeover-timeout") + 1] == "75"
+    assert ours[ours.index("--handovers-file") + 1].endswith("/successors/handovers.log")
+    assert "--port-offset" not in command(rendered["default"]) and "glm_submit_successor" not in rendered["default"].read_text()
+    proc = subprocess.run(["bash", "-n", str(rendered["successors"])], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.skipif(not ROUTER_PYTHON.exists(), reason=".venv-router missing: make .venv-router/.installed")
@@ -127,6 +147,9 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_proxy_metrics_port": 29000}, "router_proxy_metrics_port", "three different ports"),
     ({"router_extra_args": ["--api-key", "x"]}, "router_extra_args", "glm_api_key_file"),
     ({"router_time": "8h"}, "router_time", "Slurm time limit"),
+    ({"router_successors_until": "soon"}, "router_successors_until", "YYYY-MM-DD or YYYY-MM-DDTHH:MM"),
+    ({"router_successors_until": "forever", "router_time": "00:05:00"}, "router_handover_lead", "router_time (00:05:00) minus 60"),
+    ({"router_successors_until": "forever", "router_port_offset": 0}, "router_port_offset", "1 to 1000"),
     ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),
     ({"router_enabled": "maybe"}, "router_enabled", "true"),
     ({"router_host": "node3"}, "router_host", "refuses a host name"),

@@ -26,8 +26,19 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   the router job that wrote it, $SLURM_JOB_ID): the deploy
   reads it to cancel a replica it scales away only once it is drained, and the status playbook shows it, without
   asking the router (whose worker list wants the key) or Slurm. The file is removed when the router exits.
-- FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, mode 0600) is written once the router answers ``/liveness``: the
-  router logs "Router ready" before it binds its port, so the log is not proof.
+- FILE (``GLM_BASE_URL=http://NODE:PORT/v1``, ``GLM_MODEL``, and under Slurm ``GLM_ROUTER_JOB=$SLURM_JOB_ID`` and
+  ``GLM_ROUTER_STARTED=EPOCH``; mode 0600, replaced whole) is written once the router answers ``/liveness``: the
+  router logs "Router ready" before it binds its port, so the log is not proof. The router job it names serves the
+  endpoint, and only that one writes the workers file.
+- Handover (router_successors_until; the job's script submits the successor with ``after:ID+MINUTES``, and Slurm
+  starts it with ``GLM_SUCCESSOR_OF`` set): the successor, on a node where the router's port is taken (the job it
+  succeeds runs there), moves its ports by --port-offset. It answers, adds the replicas to its own gateway, and
+  takes FILE once every replica is healthy in it (after --takeover-timeout: with those that are, if one is; at once
+  when the router FILE names no longer answers). The router it succeeds sees FILE name another job at its next
+  round: it stops writing the workers file, serves the connections it has until none is open on its port for two
+  rounds (/proc/net/tcp) or --drain-timeout, then stops its children, appends ``END NAME OLD_ID NEW_ID NEW_START 0``
+  to --handovers-file (the replicas' format: 0 GPUs) and exits 0. New connections follow FILE: the tunnel's relay
+  reads it for each, clients on the cluster read it again (docs/replicas.md).
 - HTTPS: with the gateway's ``--tls-cert-path``/``--tls-key-path`` among the router's flags, the endpoint is
   ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router accept
   exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
@@ -224,7 +235,7 @@ class Sync(object):
             worker_id = body.get('worker_id') if isinstance(body, dict) else None
             log('adding replica %s at %s: HTTP %s%s' % (name, url, status, ' (worker %s)' % worker_id if worker_id else ''))
             self.waiting.pop(url, None)
-            if status is not None and 200 <= status < 300:
+            if status is not None and (200 <= status < 300 or status == 409):   # 409: it has it (still adding it)
                 self.adding[url] = now
         if self.workers_file:
             self.record()
@@ -305,8 +316,87 @@ def write_atomic(path, text):
         os.umask(old)
 
 
-def write_endpoint(path, url, model, tls_cert=None):
-    write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n%s' % (url, model, 'GLM_TLS_CERT=%s\n' % tls_cert if tls_cert else ''))
+def write_endpoint(path, url, model, tls_cert=None, job_id=None, started=None):
+    """The endpoint file: GLM_BASE_URL and GLM_MODEL (what clients read), GLM_TLS_CERT with HTTPS, and which router job
+    serves it (GLM_ROUTER_JOB, GLM_ROUTER_STARTED: the epoch second it started), for its successor and the deploy."""
+    write_atomic(path, 'GLM_BASE_URL=%s/v1\nGLM_MODEL=%s\n%s%s' % (
+        url, model, 'GLM_TLS_CERT=%s\n' % tls_cert if tls_cert else '',
+        'GLM_ROUTER_JOB=%s\nGLM_ROUTER_STARTED=%d\n' % (job_id, started) if job_id else ''))
+
+
+def endpoint_vars(path):
+    """The endpoint file's VAR=VALUE lines as a dict ({} when there is no file or it cannot be read)."""
+    try:
+        with open(path, encoding='utf-8') as handle:
+            return dict(line.rstrip('\n').split('=', 1) for line in handle if '=' in line)
+    except (OSError, ValueError):
+        return {}
+
+
+def socket_inodes(pids):
+    """The inodes of the sockets the processes PIDS hold open (/proc/PID/fd links ``socket:[INODE]``)."""
+    found = set()
+    for pid in pids:
+        try:
+            names = os.listdir('/proc/%d/fd' % pid)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                link = os.readlink('/proc/%d/fd/%s' % (pid, name))
+            except OSError:
+                continue
+            if link.startswith('socket:['):
+                found.add(link[8:-1])
+    return found
+
+
+def established(port, pids=None):
+    """How many TCP connections have PORT as their local port and are ESTABLISHED (/proc/net/tcp and tcp6, Linux's
+    proc(5): ``sl local_address rem_address st ... inode``, the port in hex, state 01), of the processes PIDS when
+    given (the router's own: another server of the node on the same port, or this router's calls to replicas that
+    listen on it, do not count): the clients a router that handed over still serves (each request through the relay,
+    or the load generator, is a connection of its own)."""
+    inodes = socket_inodes(pids) if pids is not None else None
+    count = 0
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        try:
+            with open(table, encoding='ascii') as handle:
+                rows = handle.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == '01' and int(fields[1].rsplit(':', 1)[1], 16) == port \
+                    and (inodes is None or fields[9] in inodes):
+                count += 1
+    return count
+
+
+def port_taken(host, port):
+    """True when HOST:PORT cannot be bound now because something listens there (the router job this one succeeds,
+    on the same node); a port in TIME_WAIT does not count (SO_REUSEADDR, as the gateway binds)."""
+    probe = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
+
+
+def shift_ports(router_argv, offset, flags=('--port', '--prometheus-port')):
+    """ROUTER_ARGV with the values of FLAGS (``--flag N`` or ``--flag=N``) moved by OFFSET."""
+    out = list(router_argv)
+    for index, arg in enumerate(out):
+        if arg in flags and index + 1 < len(out):
+            out[index + 1] = str(int(out[index + 1]) + offset)
+        elif '=' in arg and arg.split('=', 1)[0] in flags:
+            flag, value = arg.split('=', 1)
+            out[index] = '%s=%d' % (flag, int(value) + offset)
+    return out
 
 
 def parse_options(argv):
@@ -329,6 +419,14 @@ def parse_options(argv):
     parser.add_argument('--gateway-config', default=None, help="where the proxy's config is written (no secret in it)")
     parser.add_argument('--proxy-metrics-port', type=int, default=None,
                         help="the proxy's Prometheus /metrics (requests and tokens per team), on the router's address")
+    parser.add_argument('--port-offset', type=int, default=0,
+                        help="a router successor whose node's router port is taken (by the job it succeeds) moves its "
+                             "ports by this much (0: it does not, and fails to bind)")
+    parser.add_argument('--takeover-timeout', type=float, default=120.0,
+                        help='seconds a router successor waits for every replica to be healthy in it before it takes '
+                             'the endpoint with those that are')
+    parser.add_argument('--handovers-file', default=None,
+                        help='where a router that handed the endpoint to its successor records it (a line, as replicas do)')
     opts = parser.parse_args(ours)
     if opts.proxy == 'litellm' and not (opts.gateway_keys and opts.usage_file and opts.gateway_config):
         parser.error('--proxy litellm needs --gateway-keys, --usage-file and --gateway-config')
@@ -500,48 +598,173 @@ def main(argv=None):
         os.environ.pop(name, None)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
+    # a successor (GLM_SUCCESSOR_OF: submitted by the router job it succeeds) takes the endpoint only once its replicas
+    # are healthy in it; any other router takes it once it answers
+    turn = Turn(opts, os.environ.get('SLURM_JOB_ID', ''), int(time.time()), os.environ.get('GLM_SUCCESSOR_OF', ''))
+    router_argv = successor_ports(opts, router_argv)
     proxied = opts.proxy == 'litellm'
     # the handlers first: a scancel while the children start is passed on to those started (the list grows)
     children = []
     stopping = forward_signals(children)
     child, base, tls_cert, pin, proxy, front = start_children(opts, router_argv, key, children, stopping)
     # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy, or its own port
-    sync = Sync(base, key, opts.replicas_dir, opts.workers_file, opts.drain_timeout, None if proxied else pin)
-    live, said = False, None
+    sync = Sync(base, key, opts.replicas_dir, None, opts.drain_timeout, None if proxied else pin)
     ready = '/health/liveliness' if proxied else '/liveness'    # LiteLLM's spelling (proxy/health_endpoints)
+    url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
+    live, said = False, None
     while True:
-        done, status = os.waitpid(child, os.WNOHANG)
-        if done:
-            if proxy:
-                stop_child(proxy.pid)
-            return router_exited(status, opts.workers_file)
-        if proxy and proxy.poll() is not None:
-            log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
-            stop_child(child)
-            router_exited(0, opts.workers_file)
-            return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else 1)
+        ended = children_ended(child, proxy, stopping, turn.workers_file())
+        if ended is not None:
+            return ended
         answer = http('GET', front + ready, pin=pin) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
             said = answer[1]                    # a TLS failure says so once, instead of waiting in silence
             log('the router does not answer over HTTPS yet: %s' % said)
         if not live and answer[0] == 200:
             live = True
-            url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
-            write_endpoint(opts.endpoint_file, url, opts.model, tls_cert)
-            log('listening: %s/v1 (written to %s)' % (url, opts.endpoint_file))
+            turn.live_at = time.monotonic()
+            log('answering at %s/v1%s' % (url, '' if not turn.successor_of else
+                                          ': the endpoint stays with job %s until the replicas are healthy here' % turn.successor_of))
         if live and not stopping:
+            if not turn.owner and turn.may_take(sync, pin):
+                turn.take(url, tls_cert, sync)
             sync_round(sync)
+            if turn.owner and turn.taken_by():
+                return hand_over(turn, sync, children, args_port(router_argv), proxy, stopping)
         time.sleep(opts.sync_interval if live else 0.5)
+
+
+def children_ended(child, proxy, stopping, workers_file):
+    """The job's exit status once the gateway (CHILD) or the proxy exited (the other one stopped), else None."""
+    done, status = os.waitpid(child, os.WNOHANG)
+    if done:
+        if proxy:
+            stop_child(proxy.pid)
+        return router_exited(status, workers_file)
+    if proxy and proxy.poll() is not None:
+        log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
+        stop_child(child)
+        router_exited(0, workers_file)
+        return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else 1)
+    return None
+
+
+def successor_ports(opts, router_argv):
+    """The router's flags, its ports moved by --port-offset when this node's router port is taken (the router job this
+    one succeeds runs here: two routers of a deployment at a time, so two sets of ports)."""
+    port = args_port(router_argv)
+    if not opts.port_offset or not port_taken(args_value(router_argv, '--host', '0.0.0.0'), port):
+        return router_argv
+    if opts.proxy_metrics_port:
+        opts.proxy_metrics_port += opts.port_offset
+    moved = shift_ports(router_argv, opts.port_offset)
+    log('port %d of this node is taken (the router job this one succeeds?): this router takes port %d (router_port + '
+        'router_port_offset), its metrics port %s' % (port, args_port(moved), args_value(moved, '--prometheus-port', '?')))
+    return moved
+
+
+class Turn(object):
+    """Which router job serves the endpoint: the one the endpoint file names (GLM_ROUTER_JOB). OWNER: this one."""
+
+    def __init__(self, opts, job_id, started, successor_of):
+        self.opts, self.job_id, self.started, self.successor_of = opts, job_id, started, successor_of
+        self.owner = False
+        self.live_at = None
+        self.said_waiting = False
+
+    def may_take(self, sync, pin=None):
+        """True once this router may take the endpoint: at once unless it is a successor. A successor takes it once
+        every replica (a file in the replicas dir) is a healthy worker of its own; after --takeover-timeout, with
+        those that are if one is (a replica busy with long requests may answer /health late); at once when the
+        router that serves the endpoint no longer answers (its job ended: better a router that is joining than
+        none; PIN: with HTTPS, the certificate it presents, the same as this one's)."""
+        if not self.successor_of:
+            return True
+        wanted = replica_urls(self.opts.replicas_dir)
+        current = sync.workers() or {}
+        healthy = [u for u in wanted if (current.get(u) or {}).get('is_healthy')]
+        if len(healthy) == len(wanted):
+            return True
+        serving = endpoint_vars(self.opts.endpoint_file).get('GLM_BASE_URL', '')
+        if serving and http('GET', serving.rsplit('/v1', 1)[0] + '/liveness', timeout=5.0, pin=pin)[0] is None:
+            log('the endpoint %s no longer answers: taking it with %d of %d replicas healthy here' % (
+                serving, len(healthy), len(wanted)))
+            return True
+        if time.monotonic() - self.live_at < self.opts.takeover_timeout:
+            return False
+        if healthy:
+            log('%d of %d replicas are healthy here after %d s (--takeover-timeout): taking the endpoint with them' % (
+                len(healthy), len(wanted), self.opts.takeover_timeout))
+            return True
+        if not self.said_waiting:
+            self.said_waiting = True
+            log('no replica is healthy here after %d s: the endpoint stays with job %s until one is' % (
+                self.opts.takeover_timeout, self.successor_of))
+        return False
+
+    def take(self, url, tls_cert, sync):
+        """The endpoint file names this router (atomically: a client reads the old file or the new one)."""
+        write_endpoint(self.opts.endpoint_file, url, self.opts.model, tls_cert, self.job_id, self.started)
+        self.owner = True
+        sync.workers_file = self.opts.workers_file
+        if sync.workers_file:
+            sync.record()
+        log('listening: %s/v1 (written to %s)%s' % (url, self.opts.endpoint_file, ': taken over from job %s' % self.successor_of
+                                                    if self.successor_of else ''))
+
+    def workers_file(self):
+        """The workers file when it is this router's to remove as it exits (it serves the endpoint), else None."""
+        return self.opts.workers_file if self.owner and not self.taken_by() else None
+
+    def taken_by(self):
+        """The router job that took the endpoint from this one (its successor), or None."""
+        other = endpoint_vars(self.opts.endpoint_file).get('GLM_ROUTER_JOB')
+        return other if other and self.job_id and other != self.job_id else None
+
+
+def hand_over(turn, sync, children, port, proxy, stopping=()):
+    """This router's successor has taken the endpoint: new connections go there (the relay reads the file for each,
+    clients on the cluster read it again). This one goes on serving the connections it has, keeping its replicas in
+    step but no longer writing the workers file (the successor's now), until none is open on its port for two rounds
+    in a row, or --drain-timeout seconds; then the gateway (and proxy) stop and the handover is recorded. The job ends
+    COMPLETED."""
+    other = turn.taken_by()
+    new_start = endpoint_vars(turn.opts.endpoint_file).get('GLM_ROUTER_STARTED', '-')
+    sync.workers_file = None
+    log('job %s has taken over the endpoint: this router finishes the requests it has (at most %d s), then ends' % (
+        other, turn.opts.drain_timeout))
+    since, quiet = time.monotonic(), 0
+    while time.monotonic() - since < turn.opts.drain_timeout and quiet < 2 and not stopping:
+        time.sleep(turn.opts.sync_interval)
+        quiet = quiet + 1 if established(port, children) == 0 else 0
+        sync_round(sync)
+    left = established(port, children)
+    log('stopping after %d s%s' % (time.monotonic() - since, ' with %d connections still open (--drain-timeout)' % left if left else ''))
+    for pid in list(children):
+        stop_child(pid)
+    if proxy:
+        proxy.poll()
+    if turn.opts.handovers_file:
+        with open(turn.opts.handovers_file, 'a', encoding='utf-8') as handle:
+            handle.write('%d %s %s %s %s 0\n' % (time.time(), os.environ.get('SLURM_JOB_NAME', 'router'), turn.job_id, other,
+                                                 new_start if str(new_start).isdigit() else '-'))
+    log('handed over to job %s' % other)
+    return 0
+
+
+def args_value(router_argv, flag, default=None):
+    """The value of FLAG in the router's flags (``--flag V`` or ``--flag=V``), else DEFAULT."""
+    for index, arg in enumerate(router_argv):
+        if arg == flag and index + 1 < len(router_argv):
+            return router_argv[index + 1]
+        if arg.startswith(flag + '='):
+            return arg.split('=', 1)[1]
+    return default
 
 
 def args_port(router_argv):
     """The router's port as its parser reads it (the default 30000 when not given)."""
-    for index, arg in enumerate(router_argv):
-        if arg == '--port' and index + 1 < len(router_argv):
-            return int(router_argv[index + 1])
-        if arg.startswith('--port='):
-            return int(arg.split('=', 1)[1])
-    return 30000
+    return int(args_value(router_argv, '--port', 30000))
 
 
 if __name__ == '__main__':

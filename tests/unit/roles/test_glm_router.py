@@ -42,6 +42,53 @@ def test_args_port(argv, port):
     assert glm_router.args_port(['--host', '0.0.0.0'] + argv) == port
 
 
+@pytest.mark.parametrize('argv, moved', [
+    (['--port', '30000', '--prometheus-port', '29000'], ['--port', '30010', '--prometheus-port', '29010']),
+    (['--port=30000', '--policy', 'random'], ['--port=30010', '--policy', 'random']),
+    (['--host', '0.0.0.0'], ['--host', '0.0.0.0']),
+])
+def test_shift_ports_moves_the_router_and_metrics_ports(argv, moved):
+    assert glm_router.shift_ports(argv, 10) == moved
+
+
+def test_port_taken_while_something_listens(tmp_path):
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    assert not glm_router.port_taken('127.0.0.1', port)        # nothing there: a successor takes router_port
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', port))
+    sock.listen(1)
+    assert glm_router.port_taken('127.0.0.1', port) and glm_router.established(port) == 0
+    client = socket.create_connection(('127.0.0.1', port))
+    accepted = sock.accept()[0]
+    assert glm_router.established(port) == 1                   # the server side of the connection (local port PORT)
+    assert glm_router.established(port, [os.getpid()]) == 1    # held by this process: the router's own
+    assert glm_router.established(port, []) == 0               # another process's connection on the port: not counted
+    for item in (client, accepted, sock):
+        item.close()
+
+
+def test_the_endpoint_file_names_the_router_job_that_serves_it(tmp_path):
+    path = tmp_path / 'endpoint'
+    glm_router.write_endpoint(str(path), 'http://node3:30000', 'm', job_id='41', started=1700000000)
+    assert glm_router.endpoint_vars(str(path)) == {'GLM_BASE_URL': 'http://node3:30000/v1', 'GLM_MODEL': 'm',
+                                                   'GLM_ROUTER_JOB': '41', 'GLM_ROUTER_STARTED': '1700000000'}
+    assert oct(os.stat(str(path)).st_mode & 0o777) == '0o600'
+    opts, _argv = glm_router.parse_options(['--key-file', '/k', '--replicas-dir', str(tmp_path), '--endpoint-file', str(path),
+                                            '--workers-file', str(tmp_path / 'w.json')])
+    turn = glm_router.Turn(opts, '41', 1, '')
+    turn.owner = True
+    assert turn.taken_by() is None and turn.workers_file() == str(tmp_path / 'w.json')
+    glm_router.write_endpoint(str(path), 'http://node3:30010', 'm', job_id='42', started=1700000100)
+    assert turn.taken_by() == '42' and turn.workers_file() is None    # the successor's file now: not removed
+    assert glm_router.endpoint_vars(str(tmp_path / 'none')) == {}
+    glm_router.write_endpoint(str(path), 'http://node3:30000', 'm')     # no job (outside Slurm): no line
+    assert 'GLM_ROUTER_JOB' not in path.read_text()
+
+
 def test_router_exited_gives_the_jobs_status_and_removes_the_workers_file(tmp_path, capsys):
     workers = tmp_path / 'router-workers.json'
     workers.write_text(u'{}')

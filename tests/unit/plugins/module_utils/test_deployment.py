@@ -66,10 +66,16 @@ def test_unreadable_key_still_shows_the_jobs(tmp_path, view, job):
 def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path, make_certificate):
     cert, _key = make_certificate(tmp_path, 'router')
     plain = mp.ModelProbe(30000, '/v1/models', 'k' * 48, 'glm-5.3-flash')
-    assert deployment.View.router_probe(plain, None) is plain                       # plain router: the replicas' probe
-    assert deployment.View.router_probe(None, cert) is None                         # no probe asked for
-    assert deployment.View.router_probe(plain, cert).endpoint('node3') == 'https://node3:30000'
-    assert deployment.View.router_probe(plain, str(tmp_path / 'gone.pem')) is None  # HTTPS router, no certificate: not asked
+    endpoint = tmp_path / 'endpoint'
+    view = deployment.View(None, None, {'endpoint_file': str(endpoint), 'router_port': 30000})
+    assert view.router_probe(plain, None).endpoint('node3', '7') == 'http://node3:30000'   # plain router: the replicas' probe
+    assert view.router_probe(None, cert) is None                         # no probe asked for
+    assert view.router_probe(plain, cert).endpoint('node3') == 'https://node3:30000'
+    assert view.router_probe(plain, str(tmp_path / 'gone.pem')) is None  # HTTPS router, no certificate: not asked
+    # a router successor on its predecessor's node moved its ports: the endpoint file that names it says where
+    endpoint.write_text('GLM_BASE_URL=https://node3:30010/v1\nGLM_MODEL=m\nGLM_ROUTER_JOB=7\nGLM_ROUTER_STARTED=1\n')
+    assert view.router_probe(plain, cert).endpoint('node3', '7') == 'https://node3:30010'
+    assert view.router_moved({'job_id': '7'}) == 10 and view.router_moved({'job_id': '6'}) == 0
 
 
 def test_a_replica_is_its_serving_job_while_its_successor_waits():

@@ -23,7 +23,7 @@ def validate(options, value):
 def test_probe_defaults_and_required():
     value, errors = validate(probe_options(), {'port': '8000', 'key_file': '/k', 'model': 'glm'})
     assert not errors and value == {'port': 8000, 'path': '/v1/models', 'key_file': '/k', 'model': 'glm', 'timeout': 5,
-                                    'tls_cert': None}
+                                    'tls_cert': None, 'endpoint_file': None}
     assert validate(probe_options(), {'port': 1})[1]
     assert probe_options()['key_file']['no_log'] is False      # a path, not the secret
 

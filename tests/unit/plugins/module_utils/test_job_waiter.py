@@ -125,10 +125,10 @@ class FakeProbe:
         self.unauthorized = unauthorized
         self.checks = []
 
-    def endpoint(self, node):
+    def endpoint(self, node, job_id=None):
         return 'http://%s:30000' % node
 
-    def check(self, node):
+    def check(self, node, job_id=None):
         self.checks.append((self.clock.t, node))
         if self.unauthorized:
             return mp.ProbeResult(mp.UNAUTHORIZED, 'HTTP 401', answered=True)

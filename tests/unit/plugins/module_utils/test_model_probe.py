@@ -101,6 +101,30 @@ def test_each_answer_of_a_server_that_is_not_ready(server, path, key, status, de
     assert KEY not in result.detail and KEY not in repr(result)
 
 
+def test_the_endpoint_file_says_which_job_serves_and_on_which_port(server, tmp_path):
+    """probe.endpoint_file (the router's, router_successors_until): while it names the job, the port of its
+    GLM_BASE_URL is asked (a successor moved its ports); while it names another job, the job has not taken the endpoint
+    yet and nothing is asked; a file of an earlier router (no GLM_ROUTER_JOB), or none, leaves the probe's port."""
+    closed = socket.socket()
+    closed.bind(('127.0.0.1', 0))
+    port = closed.getsockname()[1]
+    closed.close()                                                        # the probe's own port: nothing listens
+    endpoint = tmp_path / 'endpoint'
+    asked = mp.ModelProbe(port, '/v1/models', KEY, 'glm-5.3-flash', timeout=3, endpoint_file=str(endpoint))
+    assert not asked.check('127.0.0.1', '41').answered                    # no file: the probe's port
+    endpoint.write_text('GLM_BASE_URL=http://node3:%d/v1\nGLM_MODEL=glm-5.3-flash\n' % server)
+    assert not asked.check('127.0.0.1', '41').answered                    # a file that names no job: the same
+    endpoint.write_text('GLM_BASE_URL=http://node3:%d/v1\nGLM_MODEL=glm-5.3-flash\nGLM_ROUTER_JOB=40\n' % server)
+    seen = len(Handler.seen)
+    result = asked.check('127.0.0.1', '41')
+    assert (result.status, result.answered) == (mp.STARTING, False) and len(Handler.seen) == seen
+    assert result.detail == 'the endpoint file names job 40 (job 41 has not taken the endpoint yet)'
+    endpoint.write_text('GLM_BASE_URL=http://node3:%d/v1\nGLM_MODEL=glm-5.3-flash\nGLM_ROUTER_JOB=41\n' % server)
+    assert asked.check('127.0.0.1', '41').status == mp.READY
+    assert asked.endpoint('127.0.0.1', '41') == 'http://127.0.0.1:%d' % server
+    assert not asked.check('127.0.0.1').answered                          # no job named: the probe's port
+
+
 def test_a_closed_port_is_no_answer():
     sock = socket.socket()
     sock.bind(('127.0.0.1', 0))

@@ -121,7 +121,7 @@ def test_port_signal_ready_news_and_lost():
     class Probe(FakeProbe):
         answers = []
 
-        def check(self, node):
+        def check(self, node, job_id=None):
             return self.answers.pop(0)
 
     probe = Probe(clock)

@@ -390,7 +390,7 @@ def test_info_probe_asks_the_running_job_with_the_key_from_its_file(run, monkeyp
     os.chmod(str(key_file), 0o600)
     asked = []
 
-    def check(probe, node):
+    def check(probe, node, job_id=None):
         asked.append((node, probe._key))
         return mp.ProbeResult(mp.READY, 'serves glm-5.3-flash', answered=True, models=['glm-5.3-flash'], max_model_len=202752)
     monkeypatch.setattr(mp.ModelProbe, 'check', check)
@@ -420,7 +420,7 @@ def test_info_probe_match_asks_only_the_jobs_it_names(run, monkeypatch, tmp_path
     os.chmod(str(key_file), 0o600)
     asked = []
 
-    def check(probe, node):
+    def check(probe, node, job_id=None):
         asked.append(node)
         return mp.ProbeResult(mp.READY, 'serves glm-5.3-flash', answered=True, models=['glm-5.3-flash'])
     monkeypatch.setattr(mp.ModelProbe, 'check', check)
