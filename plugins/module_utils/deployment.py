@@ -211,6 +211,12 @@ class View(object):
             return None
         return probe.following(self.params.get('endpoint_file'))
 
+    def serving_router(self, routers):
+        """The router job the endpoint file names (GLM_ROUTER_JOB) when it is live: while a router hands over to its
+        successor both run, and the one that serves the endpoint is the one to show; else the newest live one."""
+        owner = mp.endpoint_owner(self.params['endpoint_file'])[0] if self.params.get('endpoint_file') else ''
+        return next((j for j in routers if j['live'] and j.get('job_id') == owner), None) or live_last(routers)
+
     def router_moved(self, router):
         """How far the running ROUTER job moved its ports (router_port_offset), from the endpoint file that names it
         (GLM_ROUTER_JOB, GLM_BASE_URL's port): 0 when the file names another job or none."""
@@ -252,7 +258,7 @@ class View(object):
         jobs = list_jobs(self.ctx, layout)
         roles = lay.by_role(layout, jobs)
         servers = roles['replicas'].get(1, [])
-        router = live_last(roles['router'])
+        router = self.serving_router(roles['router'])
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
         probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
         router_probed = params['router_port'] == (params.get('probe') or {}).get('port')

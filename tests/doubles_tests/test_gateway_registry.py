@@ -81,7 +81,8 @@ def test_usage_book_counts_per_day_and_team_and_writes_atomically(tmp_path):
     assert data["version"] == 1 and data["updated"] == int(now[0])
     assert data["days"]["2026-12-05"] == {
         "team-a": {"requests": 1, "errors": 0, "limited": 0, "prompt_tokens": 0, "completion_tokens": 0}}
-    assert [p.name for p in tmp_path.iterdir()] == ["usage.json"]   # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["usage.json", "usage.json.lock"]   # no temporary file left
+    assert stat.S_IMODE(os.stat(str(path) + ".lock").st_mode) == 0o600
     with pytest.raises(TypeError):
         book.add("team-a", cost=1)
 
@@ -91,6 +92,26 @@ def test_usage_book_counts_per_day_and_team_and_writes_atomically(tmp_path):
     again.flush()
     assert json.loads(path.read_text(encoding="utf-8"))["days"]["2026-12-05"]["team-a"]["requests"] == 3
     assert json.loads(path.read_text(encoding="utf-8"))["days"]["2026-12-04"]["team-a"]["requests"] == 2
+
+
+def test_two_books_of_one_file_add_up(tmp_path):
+    """A router and its successor (router_successors_until) overlap for a minute, each proxy with its own book of the
+    same file: each write adds what that book counted since its last one to the file as it is, so neither overwrites
+    the other's counts."""
+    path = tmp_path / "usage.json"
+    clock = lambda: 1796400000.0                                   # noqa: E731  2026-12-04 UTC
+    old, new = glm_gateway.UsageBook(path, clock=clock), glm_gateway.UsageBook(path, clock=clock)
+    for _request in range(3):
+        old.add("team-a", requests=1, prompt_tokens=10)
+    old.flush()
+    new.add("team-a", requests=1, prompt_tokens=10)
+    new.add("team-b", requests=1)
+    new.flush()
+    old.add("team-a", requests=1)                                  # the old one's last request, written at its exit
+    old.flush()
+    days = json.loads(path.read_text(encoding="utf-8"))["days"]["2026-12-04"]
+    assert days["team-a"]["requests"] == 5 and days["team-a"]["prompt_tokens"] == 40 and days["team-b"]["requests"] == 1
+    assert old.snapshot()["2026-12-04"]["team-b"]["requests"] == 1   # each book sees the file's totals after a write
 
 
 def test_an_unreadable_usage_file_is_set_aside_not_overwritten(tmp_path):

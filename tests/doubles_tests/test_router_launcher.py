@@ -184,17 +184,19 @@ def endpoint_of(path):
 def test_a_routers_successor_takes_the_endpoint_and_the_old_one_finishes_its_requests(servers, model_dir, router, tmp_path):
     """router_successors_until: the router job's successor (GLM_SUCCESSOR_OF; on the same node, so its port is taken:
     it moves its ports by --port-offset) answers, gets every replica healthy in its own gateway, then takes the
-    endpoint file (GLM_ROUTER_JOB names it). The old router sees that, finishes the requests it has (each takes 6 s
-    here: SGLang's /health waits for an output of a busy replica, so the successor finds them healthy once the first
-    requests ended, and the next ones are on the old router when the endpoint moves), stops its gateway,
-    records the handover and exits 0. Clients that read the endpoint file for each request, three at a time all
+    endpoint file (GLM_ROUTER_JOB names it). The old router sees that, records the handover, and two rounds later
+    stops its gateway as scancel would (SIGTERM: smg stops accepting and finishes the requests it has, each 6 s here:
+    SGLang's /health waits for an output of a busy replica, so the successor finds them healthy once the first
+    requests ended, and the next ones are on the old router when the endpoint moves; with 14-s requests it stopped
+    9 s after the SIGTERM, every request answered), and exits 0. Clients that read the endpoint file for each request, three at a time all
     along: every request answered."""
     one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5",
                         GLM_STANDIN_SGLANG_DECODE="6") for _server in range(2)]
     port, metrics_port, handovers = free_port(), free_port(), tmp_path / "handovers.log"
     ours = ["--port-offset", "7", "--takeover-timeout", "30", "--handovers-file", str(handovers), "--drain-timeout", "30"]
     job = {"SLURM_JOB_NAME": "glm-serve-router"}
-    old = router(extra=ours, port=port, metrics_port=metrics_port, env=dict(job, SLURM_JOB_ID="101"))
+    theirs = ["--health-check-timeout-secs", "25"]                      # the role's router_health_check_timeout
+    old = router(extra=ours, port=port, metrics_port=metrics_port, env=dict(job, SLURM_JOB_ID="101"), router_args=theirs)
     wait_for(lambda: old.endpoint.exists() or old.proc.poll() is not None, 30)
     assert endpoint_of(old.endpoint)["GLM_ROUTER_JOB"] == "101", old.log
     old.announce("glm-serve", one)
@@ -211,7 +213,7 @@ def test_a_routers_successor_takes_the_endpoint_and_the_old_one_finishes_its_req
         client.start()
     try:
         time.sleep(1)                                                   # requests in flight on the old router
-        new = router(extra=ours, port=port, metrics_port=metrics_port, name="router-2",
+        new = router(extra=ours, port=port, metrics_port=metrics_port, name="router-2", router_args=theirs,
                      env=dict(job, SLURM_JOB_ID="102", GLM_SUCCESSOR_OF="101"))
         wait_for(lambda: endpoint_of(old.endpoint).get("GLM_ROUTER_JOB") == "102" or new.proc.poll() is not None, 60)
         took_over = time.monotonic()

@@ -108,6 +108,7 @@ def test_router_successors_until_makes_each_router_job_submit_its_successor(rend
     ours = ours[:ours.index("--")]
     assert ours[ours.index("--port-offset") + 1] == "10" and ours[ours.index("--takeover-timeout") + 1] == "75"
     assert ours[ours.index("--handovers-file") + 1].endswith("/successors/handovers.log")
+    assert ours[ours.index("--service-end") + 1].endswith("/successors/service-end")
     assert "--port-offset" not in command(rendered["default"]) and "glm_submit_successor" not in rendered["default"].read_text()
     proc = subprocess.run(["bash", "-n", str(rendered["successors"])], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -148,8 +149,10 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_extra_args": ["--api-key", "x"]}, "router_extra_args", "glm_api_key_file"),
     ({"router_time": "8h"}, "router_time", "Slurm time limit"),
     ({"router_successors_until": "soon"}, "router_successors_until", "YYYY-MM-DD or YYYY-MM-DDTHH:MM"),
-    ({"router_successors_until": "forever", "router_time": "00:05:00"}, "router_handover_lead", "router_time (00:05:00) minus 60"),
+    ({"router_successors_until": "forever", "router_time": "00:09:00"}, "router_handover_lead", "at most half of router_time (00:09:00"),
     ({"router_successors_until": "forever", "router_port_offset": 0}, "router_port_offset", "1 to 1000"),
+    ({"router_successors_until": "forever", "router_port_offset": 1}, "router_port_offset", "six different ports"),
+    ({"router_successors_until": "forever", "router_handover_lead": 60}, "router_handover_lead", "at least 105"),
     ({"router_mem": "lots"}, "router_mem", "Slurm memory size"),
     ({"router_enabled": "maybe"}, "router_enabled", "true"),
     ({"router_host": "node3"}, "router_host", "refuses a host name"),

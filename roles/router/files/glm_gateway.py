@@ -50,6 +50,7 @@ What this relies on in LiteLLM 1.108.7 (paths under .venv-router's site-packages
 
 import atexit
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -293,7 +294,10 @@ class UsageBook:
     """Counters per UTC day per team (COUNTERS) in the JSON file PATH: ``{"version": 1, "updated": T, "days":
     {DAY: {TEAM: {counter: n}}}}``. Starts from the file's content (a restarted gateway goes on counting); written
     atomically (a temporary file in the same folder, mode 0600, then os.replace) at most every FLUSH_INTERVAL
-    seconds, by the add that finds the interval passed or by a timer, and at exit (flush())."""
+    seconds, by the add that finds the interval passed or by a timer, and at exit (flush()). Each write adds what
+    was counted since the last one to the file as it is then, under a lock (PATH.lock, flock): two proxies of one
+    deployment (a router and its successor, router_successors_until, for the minute they overlap) add up, neither
+    overwrites the other's counts."""
 
     def __init__(self, path, flush_interval=2.0, clock=time.time):
         self.path = str(path)
@@ -301,6 +305,7 @@ class UsageBook:
         self._clock = clock
         self._lock = threading.Lock()
         self._days = self._read()
+        self._pending = {}          # what add() counted since the last write: added to the file's counts then
         self._dirty = False
         self._last_write = 0.0
         self._timer = None
@@ -346,9 +351,10 @@ class UsageBook:
             raise TypeError('unknown counters: %s' % ', '.join(sorted(unknown)))
         now = self._clock()
         with self._lock:
-            row = self._days.setdefault(_utc_day(now), {}).setdefault(str(team), dict.fromkeys(COUNTERS, 0))
-            for name, value in counts.items():
-                row[name] = row.get(name, 0) + int(value or 0)
+            for book in (self._days, self._pending):
+                row = book.setdefault(_utc_day(now), {}).setdefault(str(team), dict.fromkeys(COUNTERS, 0))
+                for name, value in counts.items():
+                    row[name] = row.get(name, 0) + int(value or 0)
             self._dirty = True
             due = now - self._last_write >= self.flush_interval
             if not due and self._timer is None:
@@ -372,24 +378,48 @@ class UsageBook:
             if not self._dirty:
                 return
             now = self._clock()
-            text = json.dumps({'version': 1, 'updated': int(now), 'days': self._days}, indent=1, sort_keys=True)
-            folder = os.path.dirname(os.path.abspath(self.path))
             try:
-                handle, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(self.path), dir=folder)
-                try:
-                    with os.fdopen(handle, 'w', encoding='utf-8') as out:   # mkstemp: mode 0600
-                        out.write(text + '\n')
-                        out.flush()
-                        os.fsync(out.fileno())
-                    os.replace(temp, self.path)
-                except BaseException:
-                    os.unlink(temp)
-                    raise
+                lock = os.open(self.path + '.lock', os.O_CREAT | os.O_WRONLY, 0o600)
+            except OSError as error:
+                log('usage file %s: cannot lock it: %s' % (self.path, error.strerror or error))
+                return
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                days = _add_days(self._read(), self._pending)       # the file now, and what this one counted since
+                self._write(days, now)
             except OSError as error:
                 log('usage file %s: cannot write it: %s' % (self.path, error.strerror or error))
                 return
+            finally:
+                os.close(lock)
+            self._days, self._pending = days, {}
             self._dirty = False
             self._last_write = now
+
+    def _write(self, days, now):
+        text = json.dumps({'version': 1, 'updated': int(now), 'days': days}, indent=1, sort_keys=True)
+        handle, temp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(self.path),
+                                        dir=os.path.dirname(os.path.abspath(self.path)))
+        try:
+            with os.fdopen(handle, 'w', encoding='utf-8') as out:   # mkstemp: mode 0600
+                out.write(text + '\n')
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, self.path)
+        except BaseException:
+            os.unlink(temp)
+            raise
+
+
+def _add_days(days, more):
+    """DAYS ({day: {team: {counter: n}}}) with MORE's counters added (a new dict)."""
+    out = json.loads(json.dumps(days))
+    for day, teams in more.items():
+        for team, counts in teams.items():
+            row = out.setdefault(day, {}).setdefault(team, dict.fromkeys(COUNTERS, 0))
+            for name, value in counts.items():
+                row[name] = row.get(name, 0) + value
+    return out
 
 
 _SHARED = {}

@@ -33,12 +33,14 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
 - Handover (router_successors_until; the job's script submits the successor with ``after:ID+MINUTES``, and Slurm
   starts it with ``GLM_SUCCESSOR_OF`` set): the successor, on a node where the router's port is taken (the job it
   succeeds runs there), moves its ports by --port-offset. It answers, adds the replicas to its own gateway, and
-  takes FILE once every replica is healthy in it (after --takeover-timeout: with those that are, if one is; at once
-  when the router FILE names no longer answers). The router it succeeds sees FILE name another job at its next
-  round: it stops writing the workers file, serves the connections it has until none is open on its port for two
-  rounds (/proc/net/tcp) or --drain-timeout, then stops its children, appends ``END NAME OLD_ID NEW_ID NEW_START 0``
-  to --handovers-file (the replicas' format: 0 GPUs) and exits 0. New connections follow FILE: the tunnel's relay
-  reads it for each, clients on the cluster read it again (docs/replicas.md).
+  takes FILE once every replica is healthy in it (after --takeover-timeout: with those that are, if one is; when
+  the router FILE names has not answered three rounds in a row, with none). The router it succeeds sees FILE name
+  another job at its next round: it stops writing the workers file, appends ``END NAME OLD_ID NEW_ID NEW_START 0``
+  to --handovers-file (the replicas' format: 0 GPUs), serves two more rounds, then stops its children as scancel
+  would, the proxy first (each stops accepting, finishes the requests it has and closes idle connections, within
+  --drain-timeout), and exits 0. New connections follow FILE: the tunnel's relay reads it for each, clients on the
+  cluster read it again (docs/replicas.md). With --service-end (the teardown's end of the service, glm_stop_at), the
+  router stops once that time has come: a successor that started before it, whose end the teardown could not set.
 - HTTPS: with the gateway's ``--tls-cert-path``/``--tls-key-path`` among the router's flags, the endpoint is
   ``https://NODE:PORT/v1`` and FILE also says ``GLM_TLS_CERT=CERT``; this process's own calls to the router accept
   exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
@@ -333,46 +335,6 @@ def endpoint_vars(path):
         return {}
 
 
-def socket_inodes(pids):
-    """The inodes of the sockets the processes PIDS hold open (/proc/PID/fd links ``socket:[INODE]``)."""
-    found = set()
-    for pid in pids:
-        try:
-            names = os.listdir('/proc/%d/fd' % pid)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                link = os.readlink('/proc/%d/fd/%s' % (pid, name))
-            except OSError:
-                continue
-            if link.startswith('socket:['):
-                found.add(link[8:-1])
-    return found
-
-
-def established(port, pids=None):
-    """How many TCP connections have PORT as their local port and are ESTABLISHED (/proc/net/tcp and tcp6, Linux's
-    proc(5): ``sl local_address rem_address st ... inode``, the port in hex, state 01), of the processes PIDS when
-    given (the router's own: another server of the node on the same port, or this router's calls to replicas that
-    listen on it, do not count): the clients a router that handed over still serves (each request through the relay,
-    or the load generator, is a connection of its own)."""
-    inodes = socket_inodes(pids) if pids is not None else None
-    count = 0
-    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
-        try:
-            with open(table, encoding='ascii') as handle:
-                rows = handle.readlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == '01' and int(fields[1].rsplit(':', 1)[1], 16) == port \
-                    and (inodes is None or fields[9] in inodes):
-                count += 1
-    return count
-
-
 def port_taken(host, port):
     """True when HOST:PORT cannot be bound now because something listens there (the router job this one succeeds,
     on the same node); a port in TIME_WAIT does not count (SO_REUSEADDR, as the gateway binds)."""
@@ -425,6 +387,9 @@ def parse_options(argv):
     parser.add_argument('--takeover-timeout', type=float, default=120.0,
                         help='seconds a router successor waits for every replica to be healthy in it before it takes '
                              'the endpoint with those that are')
+    parser.add_argument('--service-end', default=None,
+                        help="the teardown's end of the service (empty: now; else YYYY-MM-DDTHH:MM[:SS], local time): "
+                             "the router ends then")
     parser.add_argument('--handovers-file', default=None,
                         help='where a router that handed the endpoint to its successor records it (a line, as replicas do)')
     opts = parser.parse_args(ours)
@@ -625,12 +590,9 @@ def main(argv=None):
             turn.live_at = time.monotonic()
             log('answering at %s/v1%s' % (url, '' if not turn.successor_of else
                                           ': the endpoint stays with job %s until the replicas are healthy here' % turn.successor_of))
-        if live and not stopping:
-            if not turn.owner and turn.may_take(sync, pin):
-                turn.take(url, tls_cert, sync)
-            sync_round(sync)
-            if turn.owner and turn.taken_by():
-                return hand_over(turn, sync, children, args_port(router_argv), proxy, stopping)
+        ended = live_round(turn, sync, (url, tls_cert, pin), children, stopping) if live and not stopping else None
+        if ended is not None:
+            return ended
         time.sleep(opts.sync_interval if live else 0.5)
 
 
@@ -671,13 +633,14 @@ class Turn(object):
         self.owner = False
         self.live_at = None
         self.said_waiting = False
+        self.unanswered = 0     # rounds in a row in which the router serving the endpoint did not answer
 
     def may_take(self, sync, pin=None):
         """True once this router may take the endpoint: at once unless it is a successor. A successor takes it once
         every replica (a file in the replicas dir) is a healthy worker of its own; after --takeover-timeout, with
         those that are if one is (a replica busy with long requests may answer /health late); at once when the
-        router that serves the endpoint no longer answers (its job ended: better a router that is joining than
-        none; PIN: with HTTPS, the certificate it presents, the same as this one's)."""
+        router that serves the endpoint has not answered three rounds in a row (its job ended: better a router that
+        is joining than none; PIN: with HTTPS, the certificate it presents, the same as this one's)."""
         if not self.successor_of:
             return True
         wanted = replica_urls(self.opts.replicas_dir)
@@ -686,9 +649,11 @@ class Turn(object):
         if len(healthy) == len(wanted):
             return True
         serving = endpoint_vars(self.opts.endpoint_file).get('GLM_BASE_URL', '')
-        if serving and http('GET', serving.rsplit('/v1', 1)[0] + '/liveness', timeout=5.0, pin=pin)[0] is None:
-            log('the endpoint %s no longer answers: taking it with %d of %d replicas healthy here' % (
-                serving, len(healthy), len(wanted)))
+        answered = http('GET', serving.rsplit('/v1', 1)[0] + '/liveness', timeout=5.0, pin=pin)[0] if serving else None
+        self.unanswered = 0 if answered is not None else self.unanswered + 1
+        if self.unanswered >= 3:
+            log('the endpoint %s has not answered 3 rounds in a row: taking it with %d of %d replicas healthy here' % (
+                serving or '(none)', len(healthy), len(wanted)))
             return True
         if time.monotonic() - self.live_at < self.opts.takeover_timeout:
             return False
@@ -712,6 +677,23 @@ class Turn(object):
         log('listening: %s/v1 (written to %s)%s' % (url, self.opts.endpoint_file, ': taken over from job %s' % self.successor_of
                                                     if self.successor_of else ''))
 
+    def service_ended(self):
+        """True once the service's end has come (--service-end: the teardown's glm_stop_at, or empty for now): the
+        router it names ends then, the successor it may have started before it included (the teardown set the end
+        time of the jobs running then, not of one that was waiting)."""
+        if not self.opts.service_end:
+            return False
+        try:
+            with open(self.opts.service_end, encoding='utf-8') as handle:
+                text = handle.readline().strip()
+        except OSError:
+            return False
+        try:
+            return not text or time.mktime(time.strptime(text[:19], '%Y-%m-%dT%H:%M:%S' if len(text) > 16
+                                                         else '%Y-%m-%dT%H:%M')) <= time.time()
+        except ValueError:
+            return True
+
     def workers_file(self):
         """The workers file when it is this router's to remove as it exits (it serves the endpoint), else None."""
         return self.opts.workers_file if self.owner and not self.taken_by() else None
@@ -722,33 +704,54 @@ class Turn(object):
         return other if other and self.job_id and other != self.job_id else None
 
 
-def hand_over(turn, sync, children, port, proxy, stopping=()):
+def live_round(turn, sync, endpoint, children, stopping):
+    """A round of the router that answers: it takes the endpoint when it may, keeps the replicas in step, hands over
+    to its successor or ends with the service; the job's exit status when it is to end, else None. ENDPOINT: (its
+    URL, its certificate or None, that certificate's DER bytes or None)."""
+    url, tls_cert, pin = endpoint
+    if not turn.owner and turn.may_take(sync, pin):
+        turn.take(url, tls_cert, sync)
+    if turn.owner and turn.taken_by():
+        return hand_over(turn, sync, children, stopping)
+    sync_round(sync)
+    return end_of_service(children, turn) if turn.service_ended() else None
+
+
+def end_of_service(children, turn):
+    """The service has ended (teardown): the children stop as a scancel would, the front one first; the job ends 0."""
+    log('the service has ended (teardown, %s): the router stops' % turn.opts.service_end)
+    for pid in reversed(children):
+        stop_child(pid, timeout=turn.opts.drain_timeout)
+    return router_exited(0, turn.workers_file())
+
+
+def hand_over(turn, sync, children, stopping=()):
     """This router's successor has taken the endpoint: new connections go there (the relay reads the file for each,
-    clients on the cluster read it again). This one goes on serving the connections it has, keeping its replicas in
-    step but no longer writing the workers file (the successor's now), until none is open on its port for two rounds
-    in a row, or --drain-timeout seconds; then the gateway (and proxy) stop and the handover is recorded. The job ends
-    COMPLETED."""
+    clients on the cluster read it again). This one records the handover first (a line in --handovers-file: the
+    time limit's SIGKILL during the stop would lose nothing), keeps its replicas in step for two more rounds without
+    writing the workers file (the successor's now; clients that read the endpoint file a moment before still come),
+    then stops its children as a scancel would, the front one first: LiteLLM's proxy (uvicorn: it stops accepting,
+    finishes the requests it has and closes idle keep-alive connections), then the gateway (smg: the same, within its
+    shutdown_grace_period_secs), each given --drain-timeout seconds. A client whose idle keep-alive connection is
+    closed opens a new one, which the relay sends to the successor. The job ends COMPLETED."""
     other = turn.taken_by()
     new_start = endpoint_vars(turn.opts.endpoint_file).get('GLM_ROUTER_STARTED', '-')
     sync.workers_file = None
-    log('job %s has taken over the endpoint: this router finishes the requests it has (at most %d s), then ends' % (
-        other, turn.opts.drain_timeout))
-    since, quiet = time.monotonic(), 0
-    while time.monotonic() - since < turn.opts.drain_timeout and quiet < 2 and not stopping:
-        time.sleep(turn.opts.sync_interval)
-        quiet = quiet + 1 if established(port, children) == 0 else 0
-        sync_round(sync)
-    left = established(port, children)
-    log('stopping after %d s%s' % (time.monotonic() - since, ' with %d connections still open (--drain-timeout)' % left if left else ''))
-    for pid in list(children):
-        stop_child(pid)
-    if proxy:
-        proxy.poll()
     if turn.opts.handovers_file:
         with open(turn.opts.handovers_file, 'a', encoding='utf-8') as handle:
             handle.write('%d %s %s %s %s 0\n' % (time.time(), os.environ.get('SLURM_JOB_NAME', 'router'), turn.job_id, other,
                                                  new_start if str(new_start).isdigit() else '-'))
-    log('handed over to job %s' % other)
+    log('job %s has taken over the endpoint: this router finishes the requests it has (at most %d s), then ends' % (
+        other, turn.opts.drain_timeout))
+    for _round in range(2):
+        if stopping:
+            break
+        time.sleep(turn.opts.sync_interval)
+        sync_round(sync)
+    since = time.monotonic()
+    for pid in reversed(children):
+        stop_child(pid, timeout=turn.opts.drain_timeout)
+    log('handed over to job %s: stopped after %d s' % (other, time.monotonic() - since))
     return 0
 
 

@@ -61,14 +61,21 @@ def test_port_taken_while_something_listens(tmp_path):
     sock = socket.socket()
     sock.bind(('127.0.0.1', port))
     sock.listen(1)
-    assert glm_router.port_taken('127.0.0.1', port) and glm_router.established(port) == 0
-    client = socket.create_connection(('127.0.0.1', port))
-    accepted = sock.accept()[0]
-    assert glm_router.established(port) == 1                   # the server side of the connection (local port PORT)
-    assert glm_router.established(port, [os.getpid()]) == 1    # held by this process: the router's own
-    assert glm_router.established(port, []) == 0               # another process's connection on the port: not counted
-    for item in (client, accepted, sock):
-        item.close()
+    assert glm_router.port_taken('127.0.0.1', port)            # its predecessor listens there: it moves its ports
+    sock.close()
+
+
+@pytest.mark.parametrize('text, ended', [
+    (None, False), ('', True), ('2020-01-01T00:00', True), ('2020-01-01T00:00:30', True),
+    ('2999-01-01T00:00', False), ('soon', True),
+])
+def test_the_service_end_of_the_teardown_ends_the_router(tmp_path, text, ended):
+    path = tmp_path / 'service-end'
+    if text is not None:
+        path.write_text(text + '\n')
+    opts, _argv = glm_router.parse_options(['--key-file', '/k', '--replicas-dir', str(tmp_path), '--endpoint-file',
+                                            str(tmp_path / 'endpoint'), '--service-end', str(path)])
+    assert glm_router.Turn(opts, '41', 1, '').service_ended() is ended
 
 
 def test_the_endpoint_file_names_the_router_job_that_serves_it(tmp_path):
