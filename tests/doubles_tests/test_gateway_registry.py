@@ -99,7 +99,9 @@ def test_two_books_of_one_file_add_up(tmp_path):
     same file: each write adds what that book counted since its last one to the file as it is, so neither overwrites
     the other's counts."""
     path = tmp_path / "usage.json"
-    clock = lambda: 1796400000.0                                   # noqa: E731  2026-12-04 UTC
+
+    def clock():
+        return 1796400000.0                                        # 2026-12-04 UTC
     old, new = glm_gateway.UsageBook(path, clock=clock), glm_gateway.UsageBook(path, clock=clock)
     for _request in range(3):
         old.add("team-a", requests=1, prompt_tokens=10)
