@@ -9,6 +9,7 @@ files, requests reaching both, a clean stop. No Slurm: the cluster tests run the
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
 import threading
@@ -176,6 +177,19 @@ def test_a_replicas_successor_takes_its_place_with_no_request_failing(servers, m
     assert r.served().get(new.url, 0) > 0
 
 
+def moved_free(offset):
+    """A free port of 127.0.0.1 whose port + OFFSET is free as well (a router successor on the same node moves there)."""
+    for _try in range(50):
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + offset))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free port with port + %d free" % offset)
+
+
 def endpoint_of(path):
     """The endpoint file as a client on the cluster reads it (each request): its VAR=VALUE lines."""
     return dict(line.split("=", 1) for line in path.read_text(encoding="utf-8").split())
@@ -192,7 +206,8 @@ def test_a_routers_successor_takes_the_endpoint_and_the_old_one_finishes_its_req
     along: every request answered."""
     one, two = [servers(seed_args(model_dir, free_port(), host="127.0.0.1"), GLM_STANDIN_SGLANG_WARMUP="0.5",
                         GLM_STANDIN_SGLANG_DECODE="6") for _server in range(2)]
-    port, metrics_port, handovers = free_port(), free_port(), tmp_path / "handovers.log"
+    port, metrics_port = moved_free(7), moved_free(7)     # the successor's ports (moved by 7) free too
+    handovers = tmp_path / "handovers.log"
     ours = ["--port-offset", "7", "--takeover-timeout", "30", "--handovers-file", str(handovers), "--drain-timeout", "30"]
     job = {"SLURM_JOB_NAME": "glm-serve-router"}
     theirs = ["--health-check-timeout-secs", "25"]                      # the role's router_health_check_timeout
