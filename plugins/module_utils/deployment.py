@@ -211,20 +211,20 @@ class View(object):
             return None
         return probe.following(self.params.get('endpoint_file'))
 
-    def serving_router(self, routers):
-        """The router job the endpoint file names (GLM_ROUTER_JOB) when it is live: while a router hands over to its
-        successor both run, and the one that serves the endpoint is the one to show; else the newest live one."""
-        owner = mp.endpoint_owner(self.params['endpoint_file'])[0] if self.params.get('endpoint_file') else ''
-        return next((j for j in routers if j['live'] and j.get('job_id') == owner), None) or live_last(routers)
+    @staticmethod
+    def serving_router(routers, endpoint_vars):
+        """The router job the endpoint file (ENDPOINT_VARS, read_endpoint_file) names (GLM_ROUTER_JOB) when it is live:
+        while a router hands over to its successor both run, and the one that serves the endpoint is the one to show;
+        else the newest live one."""
+        owner = (endpoint_vars or {}).get('GLM_ROUTER_JOB')
+        return next((j for j in routers if j['live'] and owner and j.get('job_id') == owner), None) or live_last(routers)
 
-    def router_moved(self, router):
-        """How far the running ROUTER job moved its ports (router_port_offset), from the endpoint file that names it
-        (GLM_ROUTER_JOB, GLM_BASE_URL's port): 0 when the file names another job or none."""
-        if not router or not self.params.get('endpoint_file'):
-            return 0
-        owner, url = mp.endpoint_owner(self.params['endpoint_file'])
-        found = re.match(r'^https?://[^/]*:(\d+)', url or '')
-        return int(found.group(1)) - self.params['router_port'] if owner == router.get('job_id') and found else 0
+    def router_moved(self, router, endpoint_vars):
+        """How far the ROUTER job moved its ports (router_port_offset), from the endpoint file (ENDPOINT_VARS) when it
+        names that job (GLM_ROUTER_JOB, GLM_BASE_URL's port): 0 when it names another job or none."""
+        named = bool(router) and (endpoint_vars or {}).get('GLM_ROUTER_JOB') == router.get('job_id')
+        port = mp.url_port(endpoint_vars.get('GLM_BASE_URL')) if named else None
+        return port - self.params['router_port'] if port else 0
 
     def asked(self, probe, job):
         return probe_job(probe, job) if probe is not None and job['state'] == 'RUNNING' else None
@@ -240,15 +240,15 @@ class View(object):
         return {'metrics_status': metrics_status, 'metrics_text': text if metrics_status == 200 else None,
                 'without_key_status': without_key}
 
-    def router_view(self, router, replicas, probe):
+    def router_view(self, router, replicas, moved):
         workers_doc = read_json(self.layout.router_workers_file)
         workers = (workers_doc or {}).get('workers') or [] if isinstance(workers_doc, dict) else []
         if workers_doc is None and not router and not replicas:
             return None
         served, answers = {}, None
         if router and router['state'] == 'RUNNING' and router.get('nodes'):
-            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'] + self.router_moved(router),
-                                     '/metrics', body=True)
+            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'] + moved, '/metrics',
+                                     body=True)
             served = dict((u, n) for u, n in SERVED_RE.findall(text or '')) if code == 200 else {}
             answers = router_answers(text) if code == 200 else None
         return {'job': router or None, 'workers': workers, 'requests_served': served, 'answers': answers}
@@ -258,11 +258,12 @@ class View(object):
         jobs = list_jobs(self.ctx, layout)
         roles = lay.by_role(layout, jobs)
         servers = roles['replicas'].get(1, [])
-        router = self.serving_router(roles['router'])
+        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
+        router = self.serving_router(roles['router'], endpoint_vars)
+        moved = self.router_moved(router, endpoint_vars)
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
         probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
         router_probed = params['router_port'] == (params.get('probe') or {}).get('port')
-        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
         for job in servers + others:
             job['probe'] = self.asked(probe, job)
         if router:
@@ -273,7 +274,7 @@ class View(object):
         http = self.server_http(server, probe) if server else self.server_http({}, None)
         answer = server.get('probe') or {}
         running = dict((j['role'], j) for j in (server, router) if j and j['state'] == 'RUNNING' and j.get('nodes'))
-        tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port'] + self.router_moved(running['router']))
+        tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port'] + moved)
                      if 'router' in running else
                      '%s:%s' % (running['replica']['nodes'], params['port']) if 'replica' in running else '')
         said = progress(layout, (live_last(download) or (download[-1] if download else None)) or None,
@@ -285,7 +286,7 @@ class View(object):
             server=server or None, download=download, replicas=others,
             endpoint=('http://%s:%s/v1' % (server['nodes'], params['port'])) if server.get('state') == 'RUNNING' else None,
             endpoint_file=endpoint_vars, endpoint_file_text=endpoint_text, tunnel_to=tunnel_to, relay=os.path.exists(layout.relay_file),
-            router=self.router_view(router, others, probe), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
+            router=self.router_view(router, others, moved), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
             usage=usage_file.view(usage_file.read_usage(layout.usage_file)),
             handovers=read_handovers(layout.handovers_file), successors=successors(jobs),
             bad_node_ttl=params['bad_node_ttl'], probe_error=probe_error, time=int(time.time()),

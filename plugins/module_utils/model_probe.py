@@ -120,8 +120,7 @@ class ModelProbe:
             return self.port, None
         if owner != str(job_id):
             return None, 'the endpoint file names job %s (job %s has not taken the endpoint yet)' % (owner, job_id)
-        found = re.match(r'^https?://(?:[^/:]+|\[[^\]]+\]):(\d+)', url or '')
-        return (int(found.group(1)) if found else self.port), None
+        return url_port(url) or self.port, None
 
     def endpoint(self, node, job_id=None):
         return '%s://%s:%d' % (self.scheme, node, self.port_of(job_id)[0] or self.port)
@@ -152,6 +151,12 @@ class ModelProbe:
         if not ids:
             return ProbeResult(STARTING, 'HTTP 200 with no model yet', answered=True)
         return ProbeResult(WRONG_MODEL, 'serves %s, not %s' % (', '.join(ids), self.model), answered=True, models=ids)
+
+
+def url_port(url):
+    """The port of an http(s)://HOST:PORT[/...] URL (an endpoint file's GLM_BASE_URL), None without one."""
+    found = re.match(r'^https?://(?:[^/:]+|\[[^\]]+\]):(\d+)', url or '')
+    return int(found.group(1)) if found else None
 
 
 def endpoint_owner(path):

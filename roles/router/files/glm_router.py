@@ -717,11 +717,17 @@ def live_round(turn, sync, endpoint, children, stopping):
     return end_of_service(children, turn) if turn.service_ended() else None
 
 
+def stop_children(children, timeout):
+    """The children stopped as scancel would, the front one first (LiteLLM's proxy, then the gateway: each stops
+    accepting and finishes the requests it has), each given TIMEOUT seconds."""
+    for pid in reversed(children):
+        stop_child(pid, timeout=timeout)
+
+
 def end_of_service(children, turn):
     """The service has ended (teardown): the children stop as a scancel would, the front one first; the job ends 0."""
     log('the service has ended (teardown, %s): the router stops' % turn.opts.service_end)
-    for pid in reversed(children):
-        stop_child(pid, timeout=turn.opts.drain_timeout)
+    stop_children(children, turn.opts.drain_timeout)
     return router_exited(0, turn.workers_file())
 
 
@@ -749,8 +755,7 @@ def hand_over(turn, sync, children, stopping=()):
         time.sleep(turn.opts.sync_interval)
         sync_round(sync)
     since = time.monotonic()
-    for pid in reversed(children):
-        stop_child(pid, timeout=turn.opts.drain_timeout)
+    stop_children(children, turn.opts.drain_timeout)
     log('handed over to job %s: stopped after %d s' % (other, time.monotonic() - since))
     return 0
 

@@ -75,7 +75,12 @@ def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path, make_cert
     # a router successor on its predecessor's node moved its ports: the endpoint file that names it says where
     endpoint.write_text('GLM_BASE_URL=https://node3:30010/v1\nGLM_MODEL=m\nGLM_ROUTER_JOB=7\nGLM_ROUTER_STARTED=1\n')
     assert view.router_probe(plain, cert).endpoint('node3', '7') == 'https://node3:30010'
-    assert view.router_moved({'job_id': '7'}) == 10 and view.router_moved({'job_id': '6'}) == 0
+    named = deployment.read_endpoint_file(str(endpoint))[0]
+    assert view.router_moved({'job_id': '7'}, named) == 10 and view.router_moved({'job_id': '6'}, named) == 0
+    assert view.router_moved({'job_id': '7'}, None) == 0
+    routers = [{'job_id': '7', 'live': True}, {'job_id': '8', 'live': True}]
+    assert view.serving_router(routers, named)['job_id'] == '7'       # the one the file names, not the newest
+    assert view.serving_router(routers, None)['job_id'] == '8'
 
 
 def test_a_replica_is_its_serving_job_while_its_successor_waits():
