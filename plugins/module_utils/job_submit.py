@@ -12,8 +12,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import os
 import tempfile
+import time
 
 from ansible_collections.glm.serve.plugins.module_utils import slurm_parse as sp
 from ansible_collections.glm.serve.plugins.module_utils.accounting import report_previous
@@ -116,11 +118,39 @@ def _restarts(shown):
         return 0
 
 
+#: slurm.conf(5)'s KillWait default, when the cluster's cannot be read; and what a stopped run's stepd needs beyond it
+DEFAULT_KILL_WAIT = 30
+SETTLE_MARGIN = 5
+
+
+def settle_delay(requeued_at, settle, now):
+    """Seconds from ``now`` until ``settle`` seconds after a job's requeue (0 when passed or the moment is unknown).
+
+    Slurm holds a requeued batch job ``cred_expire`` + 1 s (121 s by default) so that its earlier run is gone from its
+    node first (job_mgr.c ``batch_requeue_fini``: the new credential must be later than the revoke, the I/O cleared,
+    the credential purged), and slurmd refuses a second copy while a step of the earlier run lives there (req.c
+    ``_rpc_batch_job``, ``ESLURM_DUPLICATE_JOB_ID``: the job is requeued again, held). A node that failed and came
+    back (``ReturnToService=2``) may be chosen again, so the job may start once its earlier run's steps are stopped:
+    ``KillWait`` after the requeue, plus a margin."""
+    moment = sp.parse_time(requeued_at)
+    return 0 if moment is None else max(0, int(math.ceil(moment + settle - now)))
+
+
+def _settle(ctx, requeued_at):
+    """KillWait + SETTLE_MARGIN; the cluster's KillWait (one ``scontrol show config``) only for a requeue of the
+    last 5 minutes, when it can matter."""
+    moment = sp.parse_time(requeued_at)
+    recent = moment is not None and time.time() - moment < 300
+    return ((ctx.retry(ctx.cli.kill_wait) if recent else None) or DEFAULT_KILL_WAIT) + SETTLE_MARGIN
+
+
 def start_requeued_now(ctx, job):
     """A live job that Slurm requeued (its node failed; Restarts > 0) waits for a begin time Slurm set some 2 min
     ahead, although another node may be free. Adopting it, the module sets its begin time to now (one ``scontrol
-    update``, as its owner may), so that it starts at once where it can; it says so. A job that waits for a begin
-    time its user asked for (``--begin``, never requeued) is left alone. Returns (the job's row, result fields)."""
+    update``, as its owner may, which also starts a scheduling pass) once its earlier run is surely stopped
+    (:func:`settle_delay`: ``KillWait`` + 5 s after the requeue, often already past; it waits the rest); it says so.
+    A job that waits for a begin time its user asked for (``--begin``, never requeued) is left alone. Returns (the
+    job's row, result fields)."""
     shown = ctx.retry(ctx.cli.show_job, job['job_id'])
     if not shown:
         return job, {}
@@ -128,12 +158,18 @@ def start_requeued_now(ctx, job):
     restarts = _restarts(shown)
     if restarts < 1 or shown.get('state') != 'PENDING' or shown.get('reason') != 'BeginTime':
         return job, {}
-    fields = {'changed': True, 'started_now': {'job_id': job['job_id'], 'was': shown.get('start_time'), 'restarts': restarts}}
+    settle = _settle(ctx, shown.get('submit_time'))
+    delay = settle_delay(shown.get('submit_time'), settle, time.time())
+    fields = {'changed': True, 'started_now': {'job_id': job['job_id'], 'was': shown.get('start_time'), 'restarts': restarts,
+                                               'waited': 0 if ctx.check_mode else delay}}
     ctx.warn('job %s (%s) was requeued by Slurm (restarts %d: its node failed or an administrator requeued it) and was '
-             'held until its begin time %s; %s to now, so that it starts at once on a free node' % (
+             'held until its begin time %s; %s to now%s, so that it starts at once on a free node' % (
                  job['job_id'], ctx.name, restarts, shown.get('start_time') or '?',
-                 'it would be set' if ctx.check_mode else 'that was set'))
+                 'it would be set' if ctx.check_mode else 'that was set',
+                 ' after %d s (%d s after the requeue, when its earlier run is surely stopped on its node)' % (
+                     delay, settle) if delay else ''))
     if not ctx.check_mode:
+        ctx.clock.sleep(delay)
         with carrying(fields):
             ctx.retry(ctx.cli.start_now, job['job_id'])
     return job, fields

@@ -306,11 +306,17 @@ class SlurmCli:
 
     def start_now(self, job_id):
         """``scontrol update JobId=N StartTime=now``: a pending job's begin time set to now (a user may, for their own
-        jobs; the controller never sets it earlier than now)."""
+        jobs; the controller never sets it earlier than now), which also starts a scheduling pass."""
         argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'StartTime=now']
         rc, out, err = self.run(argv, poll=False)
         if rc != 0:
             self.fail('scontrol update StartTime of job %s failed: %s' % (job_id, err.strip()), argv, rc, out, err)
+
+    def kill_wait(self):
+        """The cluster's ``KillWait`` in seconds (``scontrol show config``), or None when it cannot be read."""
+        argv = [self.bin('scontrol'), 'show', 'config']
+        rc, out, _err = self.run(argv)
+        return sp.config_seconds(out, 'KillWait') if rc == 0 else None
 
     def update_end_time(self, job_id, end_time):
         argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'EndTime=%s' % end_time]

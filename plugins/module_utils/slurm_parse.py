@@ -276,6 +276,12 @@ def parse_time(value):
         return None
 
 
+def config_seconds(text, key):
+    """The seconds of one ``KEY = N sec`` line of ``scontrol show config``, or None."""
+    found = re.search(r'^%s\s*=\s*(\d+)\s*sec' % re.escape(key), text or '', re.M)
+    return int(found.group(1)) if found else None
+
+
 def duration_seconds(value):
     """Seconds of a Slurm duration (``--time``, squeue's ``%l``): ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``,
     ``D-HH:MM``, ``D-HH:MM:SS``; None for ``UNLIMITED``/``INFINITE``. ValueError when it is none of those."""

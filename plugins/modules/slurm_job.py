@@ -530,8 +530,11 @@ script_changed:
   type: bool
 started_now:
   description:
-    - The adopted job had been requeued by Slurm (its node failed) and held until a begin time ahead; its begin time
-      was set to now (C(scontrol update StartTime=now)) so that it starts at once on a free node.
+    - The adopted job had been requeued by Slurm (its node failed) and held until a begin time ahead (C(cred_expire) +
+      1 s, 121 s by default); its begin time was set to now (C(scontrol update StartTime=now)) so that it starts at
+      once on a free node, once its earlier run was surely stopped on its node (slurmd refuses a second copy while a
+      step of it lives there), that is the cluster's C(KillWait) + 5 s after the requeue, which the module waited for when it
+      had not passed yet.
   returned: when that happened
   type: dict
   contains:
@@ -544,6 +547,10 @@ started_now:
     restarts:
       description: How many times Slurm had requeued it.
       type: int
+    waited:
+      description: Seconds the module waited for the earlier run to be stopped before it set the begin time.
+      type: int
+      version_added: 1.1.0
 previous:
   description:
     - How the last job submitted under O(name) (its submit record's) ended, found before a new one was submitted,

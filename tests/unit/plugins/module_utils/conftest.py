@@ -51,6 +51,7 @@ class FakeCli:
         self.on_outage = None
         self.submitted = []
         self.next_id = 5000
+        self.kill_wait_seconds = 30
 
     def retry(self, func, timeout, *args, **kwargs):
         return func(*args, **kwargs)
@@ -84,6 +85,10 @@ class FakeCli:
 
     def start_now(self, job_id):
         self.calls.append(('start_now', job_id))
+
+    def kill_wait(self):
+        self.calls.append(('kill_wait',))
+        return self.kill_wait_seconds
 
     def update_end_time(self, job_id, end_time):
         self.calls.append(('update_end_time', job_id, end_time))

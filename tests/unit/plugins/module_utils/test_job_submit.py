@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import time
 
 import pytest
 
@@ -202,13 +203,44 @@ def test_keep_oldest_cancels_ours_when_another_run_was_first(make_ctx, cli):
     assert js.keep_oldest(ctx, row(20), [], []) == (row(20), {})             # ours is the oldest
 
 
-def test_a_requeued_job_is_started_now(make_ctx, cli):
-    cli.jobs = {'5': row(5, state='PENDING', reason='BeginTime', restarts='1', start_time='T')}
+def _slurm_time(seconds):
+    return time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(seconds))
+
+
+def test_a_requeued_job_is_started_now(make_ctx, cli, clock):
+    """Requeued long ago (its earlier run stopped for longer than KillWait + 5 s): its begin time is set to now, at
+    once, without asking the cluster's KillWait."""
+    cli.jobs = {'5': row(5, state='PENDING', reason='BeginTime', restarts='1', start_time='T',
+                         submit_time=_slurm_time(time.time() - 600))}
     job, fields = js.start_requeued_now(make_ctx(), row(5, state='PENDING', reason='BeginTime'))
-    assert fields == {'changed': True, 'started_now': {'job_id': '5', 'was': 'T', 'restarts': 1}}
-    assert ('start_now', '5') in cli.calls
+    assert fields == {'changed': True, 'started_now': {'job_id': '5', 'was': 'T', 'restarts': 1, 'waited': 0}}
+    assert ('start_now', '5') in cli.calls and ('kill_wait',) not in cli.calls and clock.sleeps in ([], [0])
     cli.jobs['5']['restarts'] = '0'                                              # its user's --begin: left alone
     assert js.start_requeued_now(make_ctx(), row(5))[1] == {}
+
+
+@pytest.mark.parametrize('kill_wait, settle', [(5, 10), (None, 35)])
+def test_a_job_requeued_just_now_starts_once_its_earlier_run_is_stopped(make_ctx, cli, clock, kill_wait, settle):
+    """Requeued a second ago: slurmd would refuse a second copy while the earlier run's steps live on the node, which
+    may be chosen again; the module waits until the requeue + KillWait (30 s when unreadable) + 5 s, then sets the
+    begin time to now (a scheduling pass at once; a begin time ahead would wait for the next pass)."""
+    requeued = int(time.time()) - 1
+    cli.kill_wait_seconds = kill_wait
+    cli.jobs = {'5': row(5, state='PENDING', reason='BeginTime', restarts='1', start_time='T',
+                         submit_time=_slurm_time(requeued))}
+    _job, fields = js.start_requeued_now(make_ctx(), row(5, state='PENDING', reason='BeginTime'))
+    assert settle - 2 <= fields['started_now']['waited'] <= settle, fields
+    assert clock.sleeps == [fields['started_now']['waited']]
+    assert cli.calls[-2:] == [('kill_wait',), ('start_now', '5')] or cli.calls[-1] == ('start_now', '5'), cli.calls
+
+
+def test_settle_delay():
+    assert js.settle_delay(None, 35, 1000.0) == 0
+    assert js.settle_delay('garbage', 35, 1000.0) == 0
+    moment = time.mktime(time.strptime('2026-12-05T16:51:36', '%Y-%m-%dT%H:%M:%S'))
+    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 2) == 33
+    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 1.5) == 34
+    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 35) == 0
 
 
 def test_apply_end_time(make_ctx, cli):

@@ -198,10 +198,31 @@ def test_a_requeued_job_held_for_its_begin_time_is_started_now_when_adopted(run,
     assert ok and result['submitted'] is False and result['job_id'] == '4124'
     updates = [a for a in slurm.argvs('scontrol') if a[1] == 'update']
     assert updates == ([['/usr/bin/scontrol', 'update', 'JobId=4124', 'StartTime=now']] if updated else []), updates
+    assert not [a for a in slurm.argvs('scontrol') if a[1:3] == ['show', 'config']]   # the requeue's moment unknown
     assert result['changed'] is bool(restarts)
     if restarts:
         assert 'was requeued by Slurm (restarts 1' in result['warnings'][0], result.get('warnings')
     assert slurm.argvs('sbatch') == []
+
+
+def test_a_job_requeued_a_second_ago_starts_once_its_earlier_run_is_stopped(run, monkeypatch):
+    """slurmd refuses a second copy while a step of the earlier run lives on its node (which may be chosen again):
+    the module waits until the requeue (SubmitTime, as batch_requeue_fini sets it) + the cluster's KillWait + 5 s,
+    then sets the begin time to now."""
+    slept = []
+    monkeypatch.setattr(time, 'sleep', slept.append)
+    requeued = int(time.time()) - 1
+    stamp = time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(requeued))
+    held = scontrol('4124', 'PENDING', reason='BeginTime').replace('Restarts=0', 'Restarts=1').replace(
+        '   RunTime=', '   SubmitTime=%s EligibleTime=Unknown\n   RunTime=' % stamp)
+    slurm = Slurm().on(LOOKUP, out=squeue_row('4124', 'PENDING', reason='BeginTime')).on(
+        ['/usr/bin/scontrol', '--local', 'show', 'job', '4124'], out=held).on(['/usr/bin/scontrol', 'update']).on(
+        ['/usr/bin/scontrol', 'show', 'config'], out='Configuration data as of ...\nKillWait                = 5 sec\n')
+    ok, result = run(slurm_job, {'name': 'glm-serve', 'script': run.script}, slurm)
+    assert ok and 8 <= result['started_now']['waited'] <= 10 and slept == [result['started_now']['waited']], result
+    updates = [a for a in slurm.argvs('scontrol') if a[1] == 'update']
+    assert updates == [['/usr/bin/scontrol', 'update', 'JobId=4124', 'StartTime=now']], updates
+    assert '10 s after the requeue, when its earlier run is surely stopped on its node' in result['warnings'][0]
 
 
 def test_check_mode_submits_nothing(run):
