@@ -77,3 +77,15 @@ def test_a_modules_documentation_strings_do_not_count_its_code_does(tmp_path):
     (tmp_path / 'plugins' / 'modules' / 'code.py').write_text(docs + u'X = 1\n' * 501)
     code, out, _err = shape(tmp_path)
     assert code == 1 and 'code.py:1: the file: lines 501, over the limit of 500' in out, out
+
+
+def test_the_front_door_files_over_their_limits(tree):
+    """README.md at most 150 lines, the status and teardown playbooks under 80 (issue 22)."""
+    (tree / 'playbooks').mkdir()
+    (tree / 'README.md').write_text(u'line\n' * 151)
+    (tree / 'playbooks' / 'status.yml').write_text(u'---\n' * 79)
+    (tree / 'playbooks' / 'teardown.yml').write_text(u'---\n' * 80)
+    rc, out, _err = shape(tree, '--skip', 'plugins/modules/m.py', 'plugins/modules/big.py')
+    assert rc == 1
+    assert out.splitlines() == ['README.md:1: the file: lines 151, over the limit of 150',
+                                'playbooks/teardown.yml:1: the file: lines 80, over the limit of 79']
