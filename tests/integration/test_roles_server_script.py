@@ -296,6 +296,8 @@ def test_successors_are_submitted_by_the_job_and_the_old_job_drains_when_taken_o
     # the handover recorded for status, in the layout's file, with the GPUs both jobs held meanwhile (8 x 1 node)
     handovers = str(rendered["successors"].parent / "handovers.log")
     assert 'glm_record_handover %s "$SUCCESSOR_FILE.took-over" 8\n' % handovers in text
+    # the successor avoids the deploy's bad-node list (the layout's file, server_bad_node_ttl's default)
+    assert "BAD_NODES_FILE=%s BAD_NODE_TTL=86400\n" % (rendered["successors"].parent / "bad-nodes.json") in text
     assert "GLM_JOB_STARTED=$(date +%s)" in text
     for name in ("default", "replica"):
         assert "glm_continuity" not in rendered[name].read_text()
@@ -357,6 +359,34 @@ def test_the_successor_is_submitted_with_slurms_own_timing(tmp_path):
         proc, argv = run_functions(short, "glm_submit_successor %s/next %s/end 600 forever /w/serve.sbatch" % (short, short),
                                    line.replace("TimeLimit=01:00:00", "TimeLimit=" + limit))
         assert proc.returncode == 1 and words in proc.stderr and argv == [] and not (short / "next").exists()
+
+
+def test_the_successor_avoids_the_nodes_of_the_bad_node_list(tmp_path):
+    """BAD_NODES_FILE (the deploy's bad-nodes.json): its nodes added less than BAD_NODE_TTL s ago, and the sbatch
+    arguments' own --exclude / -x, in one --exclude, as the module's own submissions do; an expired entry, a missing
+    or unreadable list: nothing excluded beyond the arguments' own."""
+    line = ("JobId=41 JobName=glm-serve-2 UserId=glmuser(1001) Comment=glm.serve:glm-serve:replica:2 JobState=RUNNING "
+            "RunTime=00:00:10 TimeLimit=01:00:00 StartTime=2026-12-05T10:00:00 EndTime=2026-12-05T11:00:00")
+    now = int(time.time())
+    bad = tmp_path / "bad-nodes.json"
+    bad.write_text(json.dumps({"node2": {"cause": "gpu-check: GPU 3 ECC", "since": now - 60, "job_id": "40"},
+                               "node4": {"cause": "old", "since": now - 7200, "job_id": "30"}}))
+    env = {"BAD_NODES_FILE": str(bad), "BAD_NODE_TTL": "3600"}
+    call = "glm_submit_successor %s/next %s/end 600 forever /w/serve.sbatch --exclude=node9 --qos=high -x node8" % (tmp_path, tmp_path)
+    proc, argv = run_functions(tmp_path, call, line, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert argv == ["--parsable", "--job-name=glm-serve-2", "--comment=glm.serve:glm-serve:replica:2", "--dependency=after:41+50",
+                    "--qos=high", "--exclude=node2,node9,node8", "/w/serve.sbatch"], argv
+    assert "the successor avoids the nodes of the bad-node list: node2" in proc.stdout
+    for name, text in (("expired", json.dumps({"node2": {"since": now - 7200}})), ("broken", "{not json"), ("missing", None)):
+        where = tmp_path / name
+        where.mkdir()
+        if text is not None:
+            (where / "bad-nodes.json").write_text(text)
+        proc, argv = run_functions(where, "glm_submit_successor %s/next %s/end 600 forever /w/s --exclude=node9" % (where, where),
+                                   line, env=dict(env, BAD_NODES_FILE=str(where / "bad-nodes.json")))
+        assert proc.returncode == 0 and argv[-2:] == ["--exclude=node9", "/w/s"], (name, argv, proc.stderr)
+        assert "bad-node list" not in proc.stdout, name
 
 
 def test_a_job_taken_over_by_its_successor_drains(tmp_path):

@@ -91,10 +91,49 @@ glm_slurm_seconds() {
   echo $(((((10#$d * 24 + 10#${h:-0}) * 60 + 10#${m:-0}) * 60) + 10#${s:-0}))
 }
 
-# glm_submit_successor SUCCESSOR_FILE END_FILE LEAD UNTIL SCRIPT [SBATCH_ARG...]: step 1 of glm_continuity
+# glm_bad_nodes FILE TTL: the nodes of the deploy's bad-node list (plugins/module_utils/bad_nodes.py's JSON,
+# {node: {cause, since, job_id}}) added less than TTL seconds ago, comma-separated; nothing when there is no list or
+# no python3 on the node (said on stderr).
+glm_bad_nodes() {
+  [ -n "$1" ] && [ -s "$1" ] || return 0
+  if ! command -v python3 > /dev/null; then
+    echo "[glm.serve] no python3 on this node: the bad-node list $1 is not read for the successor" >&2
+    return 0
+  fi
+  python3 -c '
+import json, sys, time
+try:
+    with open(sys.argv[1]) as handle:
+        data = json.load(handle)
+except (OSError, ValueError):
+    data = {}
+fresh = [str(n) for n, e in (data.items() if isinstance(data, dict) else ())
+         if isinstance(e, dict) and isinstance(e.get("since"), (int, float)) and time.time() - e["since"] < float(sys.argv[2])]
+print(",".join(sorted(fresh)))' "$1" "$2" 2> /dev/null || true
+}
+
+# glm_submit_successor SUCCESSOR_FILE END_FILE LEAD UNTIL SCRIPT [SBATCH_ARG...]: step 1 of glm_continuity. With
+# BAD_NODES_FILE (and BAD_NODE_TTL, seconds) set, the successor avoids the nodes of that list as the deploy's own
+# submissions do: the list's nodes and the SBATCH_ARGs' own --exclude in one --exclude (bad_nodes.py
+# sbatch_args_avoiding), read when the successor is submitted.
 glm_submit_successor() {
   local successor_file=$1 end_file=$2 lead=$3 until=$4 script=$5 line comment limit start seconds started minutes begins end id tries
+  local bad args=() own=
   shift 5
+  bad=$(glm_bad_nodes "${BAD_NODES_FILE:-}" "${BAD_NODE_TTL:-86400}")
+  if [ -n "$bad" ]; then
+    while [ $# -gt 0 ]; do
+      case $1 in
+        --exclude=*) own+=,${1#--exclude=} ;;
+        --exclude | -x) own+=,${2:-}; shift ;;
+        -x?*) own+=,${1#-x} ;;
+        *) args+=("$1") ;;
+      esac
+      shift
+    done
+    set -- ${args[@]+"${args[@]}"} "--exclude=$bad$own"
+    echo "[glm.serve] the successor avoids the nodes of the bad-node list: $bad"
+  fi
   line=$(scontrol -o show job "$SLURM_JOB_ID" 2> /dev/null) || line=
   [[ $line =~ (^|[[:space:]])Comment=([^[:space:]]*) ]] && comment=${BASH_REMATCH[2]} || comment=
   [[ $line =~ (^|[[:space:]])TimeLimit=([^[:space:]]*) ]] && limit=${BASH_REMATCH[2]} || limit=
