@@ -142,17 +142,6 @@ def read_json(path):
         return None
 
 
-def read_endpoint_file(path):
-    """{VAR: value} of the endpoint file's KEY=VALUE lines, None when it is missing; and its text."""
-    try:
-        with open(path) as handle:
-            text = handle.read()
-    except (IOError, OSError, TypeError):
-        return None, None
-    lines = [line for line in text.splitlines() if re.match(r'^[A-Z_]+=', line)]
-    return dict(line.split('=', 1) for line in lines), text
-
-
 def http_status(url_host, port, path, timeout=5, headers=None, body=False):
     """(status, text) of GET, (None, None) when nothing answers."""
     try:
@@ -258,7 +247,7 @@ class View(object):
         jobs = list_jobs(self.ctx, layout)
         roles = lay.by_role(layout, jobs)
         servers = roles['replicas'].get(1, [])
-        endpoint_vars, endpoint_text = read_endpoint_file(params.get('endpoint_file'))
+        endpoint_vars, endpoint_text = mp.read_endpoint_file(params.get('endpoint_file'))
         router = self.serving_router(roles['router'], endpoint_vars)
         moved = self.router_moved(router, endpoint_vars)
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]

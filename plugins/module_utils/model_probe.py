@@ -159,17 +159,22 @@ def url_port(url):
     return int(found.group(1)) if found else None
 
 
+def read_endpoint_file(path):
+    """({VAR: value} of the endpoint file's VAR=value lines, its text); (None, None) when it is missing or unreadable.
+    The one reader of the file (the server's and the router's jobs write it): the probe, deployment_info."""
+    try:
+        with open(path, encoding='utf-8') as handle:
+            text = handle.read()
+    except (IOError, OSError, TypeError, ValueError):
+        return None, None
+    lines = [line.strip() for line in text.splitlines() if re.match(r'^[A-Z_]+=', line)]
+    return dict(line.split('=', 1) for line in lines), text
+
+
 def endpoint_owner(path):
     """(GLM_ROUTER_JOB, GLM_BASE_URL) of the endpoint file PATH (the router job that serves the endpoint and its URL);
     ('', '') when the file is missing, unreadable or names no job."""
-    found = {}
-    try:
-        with open(path, encoding='utf-8') as handle:
-            for line in handle:
-                name, _sep, value = line.strip().partition('=')
-                found[name] = value
-    except (IOError, OSError, ValueError):
-        return '', ''
+    found = read_endpoint_file(path)[0] or {}
     return found.get('GLM_ROUTER_JOB', ''), found.get('GLM_BASE_URL', '')
 
 

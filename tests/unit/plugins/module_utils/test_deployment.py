@@ -75,7 +75,7 @@ def test_the_router_is_asked_over_https_pinned_or_not_at_all(tmp_path, make_cert
     # a router successor on its predecessor's node moved its ports: the endpoint file that names it says where
     endpoint.write_text('GLM_BASE_URL=https://node3:30010/v1\nGLM_MODEL=m\nGLM_ROUTER_JOB=7\nGLM_ROUTER_STARTED=1\n')
     assert view.router_probe(plain, cert).endpoint('node3', '7') == 'https://node3:30010'
-    named = deployment.read_endpoint_file(str(endpoint))[0]
+    named = mp.read_endpoint_file(str(endpoint))[0]
     assert view.router_moved({'job_id': '7'}, named) == 10 and view.router_moved({'job_id': '6'}, named) == 0
     assert view.router_moved({'job_id': '7'}, None) == 0
     routers = [{'job_id': '7', 'live': True}, {'job_id': '8', 'live': True}]
