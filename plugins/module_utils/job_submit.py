@@ -123,17 +123,23 @@ DEFAULT_KILL_WAIT = 30
 SETTLE_MARGIN = 5
 
 
-def settle_delay(requeued_at, settle, now):
-    """Seconds from ``now`` until ``settle`` seconds after a job's requeue (0 when passed or the moment is unknown).
+def settle_delay(requeued_at, begin_at, settle, now):
+    """Seconds to wait, from ``now``, before a requeued job's begin time is set to now: until ``settle`` seconds after
+    its requeue (0 when passed or the moment is unknown), never more than ``settle`` (a moment misread, across a change
+    of daylight saving time, makes it no longer); None when Slurm's own begin time (``begin_at``) comes first.
 
     Slurm holds a requeued batch job ``cred_expire`` + 1 s (121 s by default) so that its earlier run is gone from its
     node first (job_mgr.c ``batch_requeue_fini``: the new credential must be later than the revoke, the I/O cleared,
     the credential purged), and slurmd refuses a second copy while a step of the earlier run lives there (req.c
     ``_rpc_batch_job``, ``ESLURM_DUPLICATE_JOB_ID``: the job is requeued again, held). A node that failed and came
-    back (``ReturnToService=2``) may be chosen again, so the job may start once its earlier run's steps are stopped:
-    ``KillWait`` after the requeue, plus a margin."""
+    back (``ReturnToService=2``) may be chosen again, so the job may start once its earlier run's steps have been
+    given ``KillWait`` to stop, plus a margin: the usual case (a node that hangs may hold them longer)."""
     moment = sp.parse_time(requeued_at)
-    return 0 if moment is None else max(0, int(math.ceil(moment + settle - now)))
+    if moment is None:
+        return 0
+    delay = min(settle, max(0, int(math.ceil(moment + settle - now))))
+    begin = sp.parse_time(begin_at)
+    return None if delay and begin is not None and begin - now <= delay + 1 else delay
 
 
 def _settle(ctx, requeued_at):
@@ -144,34 +150,42 @@ def _settle(ctx, requeued_at):
     return ((ctx.retry(ctx.cli.kill_wait) if recent else None) or DEFAULT_KILL_WAIT) + SETTLE_MARGIN
 
 
+def _held(shown):
+    return bool(shown) and _restarts(shown) >= 1 and shown.get('state') == 'PENDING' and shown.get('reason') == 'BeginTime'
+
+
 def start_requeued_now(ctx, job):
     """A live job that Slurm requeued (its node failed; Restarts > 0) waits for a begin time Slurm set some 2 min
     ahead, although another node may be free. Adopting it, the module sets its begin time to now (one ``scontrol
-    update``, as its owner may, which also starts a scheduling pass) once its earlier run is surely stopped
-    (:func:`settle_delay`: ``KillWait`` + 5 s after the requeue, often already past; it waits the rest); it says so.
-    A job that waits for a begin time its user asked for (``--begin``, never requeued) is left alone. Returns (the
-    job's row, result fields)."""
+    update``, as its owner may, which also starts a scheduling pass) once ``KillWait`` + 5 s have passed since the
+    requeue (:func:`settle_delay`; often already; it waits the rest, then asks again whether the job still waits);
+    it says so. A job that waits for a begin time its user asked for (``--begin``, never requeued), or whose begin
+    time comes first, is left alone. Returns (the job's row, result fields)."""
     shown = ctx.retry(ctx.cli.show_job, job['job_id'])
     if not shown:
         return job, {}
     job = dict(job, **dict((k, v) for k, v in shown.items() if v is not None and job.get(k) is None))
-    restarts = _restarts(shown)
-    if restarts < 1 or shown.get('state') != 'PENDING' or shown.get('reason') != 'BeginTime':
+    if not _held(shown):
         return job, {}
     settle = _settle(ctx, shown.get('submit_time'))
-    delay = settle_delay(shown.get('submit_time'), settle, time.time())
-    fields = {'changed': True, 'started_now': {'job_id': job['job_id'], 'was': shown.get('start_time'), 'restarts': restarts,
-                                               'waited': 0 if ctx.check_mode else delay}}
-    ctx.warn('job %s (%s) was requeued by Slurm (restarts %d: its node failed or an administrator requeued it) and was '
-             'held until its begin time %s; %s to now%s, so that it starts at once on a free node' % (
-                 job['job_id'], ctx.name, restarts, shown.get('start_time') or '?',
-                 'it would be set' if ctx.check_mode else 'that was set',
-                 ' after %d s (%d s after the requeue, when its earlier run is surely stopped on its node)' % (
-                     delay, settle) if delay else ''))
+    delay = settle_delay(shown.get('submit_time'), shown.get('start_time'), settle, time.time())
+    if delay is None:
+        return job, {}
+    fields = {'changed': True, 'started_now': {'job_id': job['job_id'], 'was': shown.get('start_time'),
+                                               'restarts': _restarts(shown), 'waited': 0 if ctx.check_mode else delay}}
     if not ctx.check_mode:
         ctx.clock.sleep(delay)
+        if delay and not _held(ctx.retry(ctx.cli.show_job, job['job_id'])):
+            return job, {}                      # started (or ended) meanwhile: nothing to do
         with carrying(fields):
-            ctx.retry(ctx.cli.start_now, job['job_id'])
+            if not ctx.retry(ctx.cli.start_now, job['job_id']):
+                return job, {}                  # no longer pending: it started at the same moment
+    ctx.warn('job %s (%s) was requeued by Slurm (restarts %d: its node failed or an administrator requeued it) and was '
+             'held until its begin time %s; %s to now%s, so that it starts at once on a free node' % (
+                 job['job_id'], ctx.name, _restarts(shown), shown.get('start_time') or '?',
+                 'it would be set' if ctx.check_mode else 'that was set',
+                 ' after %d s (%d s after the requeue, the cluster\'s KillWait + 5 s for its earlier run to stop on '
+                 'its node)' % (delay, settle) if delay else ''))
     return job, fields
 
 

@@ -306,11 +306,15 @@ class SlurmCli:
 
     def start_now(self, job_id):
         """``scontrol update JobId=N StartTime=now``: a pending job's begin time set to now (a user may, for their own
-        jobs; the controller never sets it earlier than now), which also starts a scheduling pass."""
+        jobs; the controller never sets it earlier than now), which also starts a scheduling pass. False when the job
+        is no longer pending (Slurm's "Job is no longer pending execution")."""
         argv = [self.bin('scontrol'), 'update', 'JobId=%s' % job_id, 'StartTime=now']
         rc, out, err = self.run(argv, poll=False)
+        if rc != 0 and 'no longer pending' in err.lower():
+            return False            # ESLURM_JOB_NOT_PENDING: it started (or ended) since it was seen pending
         if rc != 0:
             self.fail('scontrol update StartTime of job %s failed: %s' % (job_id, err.strip()), argv, rc, out, err)
+        return True
 
     def kill_wait(self):
         """The cluster's ``KillWait`` in seconds (``scontrol show config``), or None when it cannot be read."""

@@ -203,7 +203,7 @@ def requeued(job, chain, log_tail, log_path):
     reason = 'its node failed or an administrator requeued it, so what it ran is gone. Slurm holds a requeued job ' \
              'until a begin time some 2 min ahead, then starts it again on a free node; run deploy again to adopt ' \
              'it and start it sooner (its begin time is set to now once KillWait + 5 s have passed since the requeue, ' \
-             'when its earlier run is surely stopped), or cancel it with scancel %s' % job['job_id']
+             'the time its earlier run is given to stop), or cancel it with scancel %s' % job['job_id']
     return WaitFailed(summary, kind=REQUEUED, reason=reason, job=job, chain=chain, log_tail=log_tail, log_path=log_path)
 
 

@@ -532,9 +532,10 @@ started_now:
   description:
     - The adopted job had been requeued by Slurm (its node failed) and held until a begin time ahead (C(cred_expire) +
       1 s, 121 s by default); its begin time was set to now (C(scontrol update StartTime=now)) so that it starts at
-      once on a free node, once its earlier run was surely stopped on its node (slurmd refuses a second copy while a
-      step of it lives there), that is the cluster's C(KillWait) + 5 s after the requeue, which the module waited for when it
-      had not passed yet.
+      once on a free node, once its earlier run had been given time to stop on its node (slurmd refuses a second copy
+      while a step of it lives there), that is the cluster's C(KillWait) + 5 s after the requeue, which the module
+      waited for when it had not passed yet (then asking again whether the job still waits). A job whose begin time
+      comes first, or that started meanwhile, is left to Slurm.
   returned: when that happened
   type: dict
   contains:

@@ -377,7 +377,12 @@ def test_the_successor_avoids_the_nodes_of_the_bad_node_list(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert argv == ["--parsable", "--job-name=glm-serve-2", "--comment=glm.serve:glm-serve:replica:2", "--dependency=after:41+50",
                     "--qos=high", "--exclude=node2,node9,node8", "/w/serve.sbatch"], argv
-    assert "the successor avoids the nodes of the bad-node list: node2" in proc.stdout
+    assert "successor job 77 submitted" in proc.stdout and "(avoiding the nodes of the bad-node list: node2)" in proc.stdout
+    # a -x with nothing after it is passed on as it is (sbatch says what is wrong), an empty --exclude= adds nothing
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    proc, argv = run_functions(edge, "glm_submit_successor %s/next %s/end 600 forever /w/s --exclude= -x" % (edge, edge), line, env=env)
+    assert proc.returncode == 0 and argv[-3:] == ["-x", "--exclude=node2", "/w/s"], (argv, proc.stderr)
     for name, text in (("expired", json.dumps({"node2": {"since": now - 7200}})), ("broken", "{not json"), ("missing", None)):
         where = tmp_path / name
         where.mkdir()
@@ -386,7 +391,7 @@ def test_the_successor_avoids_the_nodes_of_the_bad_node_list(tmp_path):
         proc, argv = run_functions(where, "glm_submit_successor %s/next %s/end 600 forever /w/s --exclude=node9" % (where, where),
                                    line, env=dict(env, BAD_NODES_FILE=str(where / "bad-nodes.json")))
         assert proc.returncode == 0 and argv[-2:] == ["--exclude=node9", "/w/s"], (name, argv, proc.stderr)
-        assert "bad-node list" not in proc.stdout, name
+        assert "bad-node list" not in proc.stdout and "successor job 77 submitted" in proc.stdout, name
 
 
 def test_a_job_taken_over_by_its_successor_drains(tmp_path):

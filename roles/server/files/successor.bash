@@ -118,21 +118,22 @@ print(",".join(sorted(fresh)))' "$1" "$2" 2> /dev/null || true
 # sbatch_args_avoiding), read when the successor is submitted.
 glm_submit_successor() {
   local successor_file=$1 end_file=$2 lead=$3 until=$4 script=$5 line comment limit start seconds started minutes begins end id tries
-  local bad args=() own=
+  local bad args=() own= value avoids=
   shift 5
   bad=$(glm_bad_nodes "${BAD_NODES_FILE:-}" "${BAD_NODE_TTL:-86400}")
   if [ -n "$bad" ]; then
     while [ $# -gt 0 ]; do
       case $1 in
-        --exclude=*) own+=,${1#--exclude=} ;;
-        --exclude | -x) own+=,${2:-}; shift ;;
-        -x?*) own+=,${1#-x} ;;
+        --exclude=*) value=${1#--exclude=} own+=${value:+,$value} ;;
+        --exclude | -x)
+          if [ $# -ge 2 ]; then own+=${2:+,$2}; shift; else args+=("$1"); fi ;;
+        -x?*) value=${1#-x} own+=${value:+,$value} ;;
         *) args+=("$1") ;;
       esac
       shift
     done
     set -- ${args[@]+"${args[@]}"} "--exclude=$bad$own"
-    echo "[glm.serve] the successor avoids the nodes of the bad-node list: $bad"
+    avoids=" (avoiding the nodes of the bad-node list: $bad)"
   fi
   line=$(scontrol -o show job "$SLURM_JOB_ID" 2> /dev/null) || line=
   [[ $line =~ (^|[[:space:]])Comment=([^[:space:]]*) ]] && comment=${BASH_REMATCH[2]} || comment=
@@ -173,7 +174,7 @@ glm_submit_successor() {
         return 0
       fi
       printf '%s\n%s\n' "$id" "$((started + seconds))" > "$successor_file"
-      echo "[glm.serve] successor job $id submitted (server_successors_until=$until): Slurm starts it at about $(date -d "@$begins" '+%F %T'), $minutes min after this job started and $((seconds - minutes * 60)) s before its time limit ($limit; server_handover_lead=$lead, rounded to Slurm's minutes)"
+      echo "[glm.serve] successor job $id submitted (server_successors_until=$until): Slurm starts it at about $(date -d "@$begins" '+%F %T'), $minutes min after this job started and $((seconds - minutes * 60)) s before its time limit ($limit; server_handover_lead=$lead, rounded to Slurm's minutes)$avoids"
       return 0
     fi
     echo "[glm.serve] the successor's sbatch failed: $id" >&2

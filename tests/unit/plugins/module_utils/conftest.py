@@ -52,6 +52,7 @@ class FakeCli:
         self.submitted = []
         self.next_id = 5000
         self.kill_wait_seconds = 30
+        self.start_now_answer = True
 
     def retry(self, func, timeout, *args, **kwargs):
         return func(*args, **kwargs)
@@ -85,6 +86,7 @@ class FakeCli:
 
     def start_now(self, job_id):
         self.calls.append(('start_now', job_id))
+        return self.start_now_answer
 
     def kill_wait(self):
         self.calls.append(('kill_wait',))

@@ -222,25 +222,52 @@ def test_a_requeued_job_is_started_now(make_ctx, cli, clock):
 @pytest.mark.parametrize('kill_wait, settle', [(5, 10), (None, 35)])
 def test_a_job_requeued_just_now_starts_once_its_earlier_run_is_stopped(make_ctx, cli, clock, kill_wait, settle):
     """Requeued a second ago: slurmd would refuse a second copy while the earlier run's steps live on the node, which
-    may be chosen again; the module waits until the requeue + KillWait (30 s when unreadable) + 5 s, then sets the
-    begin time to now (a scheduling pass at once; a begin time ahead would wait for the next pass)."""
+    may be chosen again; the module waits until the requeue + KillWait (30 s when unreadable) + 5 s, asks again
+    whether the job still waits, then sets the begin time to now (a scheduling pass at once; a begin time ahead
+    would wait for the next pass)."""
     requeued = int(time.time()) - 1
     cli.kill_wait_seconds = kill_wait
-    cli.jobs = {'5': row(5, state='PENDING', reason='BeginTime', restarts='1', start_time='T',
+    cli.jobs = {'5': row(5, state='PENDING', reason='BeginTime', restarts='1', start_time=_slurm_time(requeued + 121),
                          submit_time=_slurm_time(requeued))}
     _job, fields = js.start_requeued_now(make_ctx(), row(5, state='PENDING', reason='BeginTime'))
     assert settle - 2 <= fields['started_now']['waited'] <= settle, fields
     assert clock.sleeps == [fields['started_now']['waited']]
-    assert cli.calls[-2:] == [('kill_wait',), ('start_now', '5')] or cli.calls[-1] == ('start_now', '5'), cli.calls
+    assert [c for c in cli.calls if c[0] in ('kill_wait', 'show_job', 'start_now')][-2:] == [('show_job', '5'), ('start_now', '5')]
+
+
+def test_a_requeued_job_left_to_slurm_when_it_starts_meanwhile_or_its_begin_time_comes_first(make_ctx, cli, clock):
+    requeued = int(time.time()) - 1
+    held = row(5, state='PENDING', reason='BeginTime', restarts='1', start_time=_slurm_time(requeued + 121),
+               submit_time=_slurm_time(requeued))
+    # its begin time (Slurm's cred_expire + 1 on this site: 8 s) comes before KillWait + 5 s: left alone, no wait
+    cli.jobs = {'5': dict(held, start_time=_slurm_time(requeued + 8))}
+    assert js.start_requeued_now(make_ctx(), row(5))[1] == {} and clock.sleeps == []
+    # it started while the module waited: no update, nothing said
+    cli.jobs = {'5': dict(held)}
+    ctx = make_ctx()
+    original = cli.show_job
+    seen = []
+
+    def show_job(job_id):
+        seen.append(job_id)
+        return original(job_id) if len(seen) == 1 else dict(held, state='RUNNING', reason='None')
+    cli.show_job = show_job
+    assert js.start_requeued_now(ctx, row(5))[1] == {} and ('start_now', '5') not in cli.calls
+    # no longer pending when the update came (Slurm's ESLURM_JOB_NOT_PENDING): nothing changed, no failure
+    cli.show_job = original
+    cli.start_now_answer = False
+    assert js.start_requeued_now(make_ctx(), row(5))[1] == {}
 
 
 def test_settle_delay():
-    assert js.settle_delay(None, 35, 1000.0) == 0
-    assert js.settle_delay('garbage', 35, 1000.0) == 0
+    assert js.settle_delay(None, None, 35, 1000.0) == 0
+    assert js.settle_delay('garbage', None, 35, 1000.0) == 0
     moment = time.mktime(time.strptime('2026-12-05T16:51:36', '%Y-%m-%dT%H:%M:%S'))
-    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 2) == 33
-    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 1.5) == 34
-    assert js.settle_delay('2026-12-05T16:51:36', 35, moment + 35) == 0
+    assert js.settle_delay('2026-12-05T16:51:36', '2026-12-05T16:53:37', 35, moment + 2) == 33
+    assert js.settle_delay('2026-12-05T16:51:36', '2026-12-05T16:53:37', 35, moment + 1.5) == 34
+    assert js.settle_delay('2026-12-05T16:51:36', '2026-12-05T16:53:37', 35, moment + 35) == 0
+    assert js.settle_delay('2026-12-05T16:51:36', 'Unknown', 35, moment - 3600) == 35        # a misread moment: at most 35
+    assert js.settle_delay('2026-12-05T16:51:36', '2026-12-05T16:51:50', 35, moment + 2) is None   # Slurm's comes first
 
 
 def test_apply_end_time(make_ctx, cli):

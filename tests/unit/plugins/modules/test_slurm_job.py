@@ -222,7 +222,7 @@ def test_a_job_requeued_a_second_ago_starts_once_its_earlier_run_is_stopped(run,
     assert ok and 8 <= result['started_now']['waited'] <= 10 and slept == [result['started_now']['waited']], result
     updates = [a for a in slurm.argvs('scontrol') if a[1] == 'update']
     assert updates == [['/usr/bin/scontrol', 'update', 'JobId=4124', 'StartTime=now']], updates
-    assert '10 s after the requeue, when its earlier run is surely stopped on its node' in result['warnings'][0]
+    assert "10 s after the requeue, the cluster's KillWait + 5 s for its earlier run to stop on its node" in result['warnings'][0]
 
 
 def test_check_mode_submits_nothing(run):
