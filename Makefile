@@ -45,7 +45,7 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster roots cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration continuity soak sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
+        pytest-integration continuity soak autoscale-soak sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
         scaffold-test install-test runner-test
 
 help: ## list the targets
@@ -166,6 +166,10 @@ continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that
 soak: setup cluster $(ROUTER_VENV)/.installed ## two replicas and the router handing over under load for GLM_SOAK_SECONDS (default 1800) and the controller's RPCs per minute per replica, not in make test
 	GLM_SOAK_SECONDS=$${GLM_SOAK_SECONDS:-1800} pytest -p no:cacheprovider -s -m continuity \
 	  tests/integration/test_continuity.py::test_two_replicas_and_the_router_hand_over_through_their_time_limits_and_the_controller_load < /dev/null
+
+autoscale-soak: setup cluster $(ROUTER_VENV)/.installed ## the autoscaler under load in steps for GLM_AUTOSCALE_SOAK_SECONDS (default 1800): its Slurm calls a minute, not in make test
+	GLM_AUTOSCALE_SOAK_SECONDS=$${GLM_AUTOSCALE_SOAK_SECONDS:-1800} pytest -p no:cacheprovider -s -m continuity \
+	  tests/integration/test_autoscale.py::test_the_controllers_slurm_calls_over_varying_load < /dev/null
 
 molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on the local cluster
 	mkdir -p tests/output

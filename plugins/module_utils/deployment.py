@@ -110,6 +110,20 @@ def read_handovers(path):
             'last': entries[-1] if entries else None}
 
 
+def read_scale_log(path, keep=5):
+    """The autoscaler's decisions (the layout's scale log, a line each: EPOCH ISO-TIME WHAT: WHY): {'count', 'last'
+    (the KEEP newest, oldest first: {'time', 'line'})}; None when the file is not there (no autoscaling, or nothing
+    decided yet)."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError, TypeError):
+        return None
+    entries = [line.split(' ', 2) for line in text.splitlines()]
+    entries = [{'time': e[1], 'line': e[2]} for e in entries if len(e) == 3 and e[0].isdigit()]
+    return {'count': len(entries), 'last': entries[-keep:]}
+
+
 def successors(jobs):
     """The successors waiting in a deployment's jobs (server_successors_until): [{'replica', 'job_id', 'after',
     'starts'}], 'starts' the time Slurm lets it start (the job it follows started, END - LIMIT, plus the minutes of
@@ -278,5 +292,6 @@ class View(object):
             router=self.router_view(router, others, moved), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
             usage=usage_file.view(usage_file.read_usage(layout.usage_file)),
             handovers=read_handovers(layout.handovers_file), successors=successors(jobs),
+            scaling=read_scale_log(layout.scale_log_file),
             bad_node_ttl=params['bad_node_ttl'], probe_error=probe_error, time=int(time.time()),
             polls=self.ctx.cli.polls, accounting_calls=self.ctx.cli.accounting_calls, **dict(said, **http))

@@ -47,6 +47,9 @@ HANDOVERS = 'handovers.log'
 #: The service's end for the replicas' successors, written by the teardown before it cancels (empty: now; else
 #: glm_stop_at): no successor starts or is submitted past it (successor.bash, glm_service_end); a deploy removes it.
 SERVICE_END = 'service-end'
+#: The autoscaler's decisions and their reasons (server_replicas_max), a line each, appended by the router job that
+#: serves the endpoint: ``EPOCH ISO-TIME up|down: WHAT (WHY)`` (roles/router/files/glm_scale.py).
+SCALE_LOG = 'scale.log'
 #: The team of the service key (glm_api_key_file): the operator's, and the only one when glm_api_keys is unset.
 DEFAULT_TEAM = 'default'
 #: %-style patterns of the per-job files (``pattern % {'name': ..., 'job_id': ...}``); the log is sbatch's
@@ -160,6 +163,10 @@ class Layout(object):
     def service_end_file(self):
         return self.path(SERVICE_END)
 
+    @property
+    def scale_log_file(self):
+        return self.path(SCALE_LOG)
+
     def replica_url_file(self, name):
         return os.path.join(self.replicas_dir, REPLICA_URL % {'name': name})
 
@@ -183,7 +190,7 @@ class Layout(object):
                       'replicas_dir': self.replicas_dir, 'relay': self.relay_file, 'keys_dir': self.keys_dir,
                       'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
                       'gateway_config': self.gateway_config_file, 'handovers': self.handovers_file,
-                      'service_end': self.service_end_file,
+                      'service_end': self.service_end_file, 'scale_log': self.scale_log_file,
                       'replica_urls': dict((n, self.replica_url_file(n)) for n in names)},
             'patterns': {'log': LOG, 'activity': ACTIVITY, 'replica_url': REPLICA_URL, 'sbatch_output': SBATCH_OUTPUT},
         }

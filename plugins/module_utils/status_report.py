@@ -83,6 +83,15 @@ def continuity_lines(info):
     return out
 
 
+def scaling_lines(info):
+    """The autoscaler's decisions so far and the last one (server_replicas_max); nothing before its first."""
+    scaling = info.get('scaling')
+    if not scaling or not scaling.get('last'):
+        return []
+    last = scaling['last'][-1]
+    return ['autoscaling: %d events (decisions and their outcomes); the last, %s: %s' % (scaling['count'], last['time'], last['line'])]
+
+
 def every(seconds):
     """3600 -> '1 h', 120 -> '2 min', 45 -> '45 s'."""
     seconds = int(seconds)
@@ -166,7 +175,7 @@ def lines(info, load, settings):
     jobs = [job_line(j) for j in status_jobs(info)] or ['jobs: none']
     bad = info.get('bad_nodes') or {}
     endpoint_file = info.get('endpoint_file_text')
-    return jobs + router_lines(info.get('router'), info.get('replicas') or [], settings['router_policy']) + continuity_lines(info) + [
+    return jobs + router_lines(info.get('router'), info.get('replicas') or [], settings['router_policy']) + continuity_lines(info) + scaling_lines(info) + [
         'progress: %s' % info['progress'],
         load_line(load, info.get('metrics_status'), info.get('activity')),
         'endpoint: %s' % (info['endpoint'] if server.get('state') == 'RUNNING' else 'none (no running server)'),
@@ -207,4 +216,5 @@ def document(info, load, settings, now=None):
         'usage': info.get('usage'),
         'continuity': {'successors': info.get('successors') or [], 'handovers': info.get('handovers'),
                        'router_answers': (router or {}).get('answers')},
+        'scaling': info.get('scaling'),
     }

@@ -143,6 +143,12 @@ handovers:
       end), C(last) (C(time), C(replica), C(from) and C(to) job ids, C(overlap_seconds), C(gpus)).
   returned: always
   type: dict
+scaling:
+  description:
+    - The autoscaler's decisions (C(server_replicas_max)), from the work dir's C(layout.files.scale_log); None when
+      there is none. C(count), C(last) (the five newest, oldest first - C(time), C(line), what was decided and why).
+  returned: always
+  type: dict
 successors:
   description:
     - The successors waiting (PENDING on C(after:ID+MINUTES) of a job of the deployment) - C(replica) (the job name),

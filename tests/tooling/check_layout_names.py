@@ -26,6 +26,7 @@ SPELLINGS = (
     ('the bad-node list: use glm_layout.files.bad_nodes', re.compile(r"bad-nodes\.json")),
     ("the router's workers file: use glm_layout.files.router_workers", re.compile(r"router-workers\.json")),
     ("the tunnel's relay: use glm_layout.files.relay", re.compile(r"glm_relay\.py")),
+    ("the autoscaler's log: use glm_layout.files.scale_log", re.compile(r"scale\.log")),
     ("the replicas' folder: use glm_layout.files.replicas_dir", re.compile(r"(?<![\w.])replicas/|/replicas\b(?![_.-])")),
     ("a replica's address file (NAME.url): use glm_layout.patterns.replica_url", re.compile(r"\.url[\"')]|\}\}\.url\b")),
     ('a job log (NAME-JOBID.out): use glm_layout.patterns.log or sbatch_output', re.compile(r"\.out\b")),

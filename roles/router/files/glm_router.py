@@ -46,6 +46,12 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
   check, it calls 127.0.0.1), so the key goes to nothing else that may hold the port.
 
+- Autoscaling (``--scale-max`` above ``--scale-least``; server_replicas_max): while this router serves the endpoint,
+  glm_scale.py (beside this file) adds a replica of the deploy's script when the requests running and queued per
+  serving replica stay above ``--scale-target``, and takes the last one it added away (out of the router, drained,
+  then cancelled) when the load would fit in one fewer; each decision and its reason goes to ``--scale-log``. No
+  Slurm call in steady state.
+
 - The proxy (``--proxy litellm``): LiteLLM's proxy takes the router's address, port and certificate (its ``--host``,
   ``--port``, ``--tls-cert-path``/``--tls-key-path``), started as a second child with the config of glm_gateway.py
   (beside this file; written to --gateway-config) and the key in its environment; the gateway moves to a free port of
@@ -204,6 +210,7 @@ class Sync(object):
         self.draining = {}     # url -> when it was taken out of the router (time.monotonic())
         self.adding = {}       # url -> when its addition was asked (the router adds in the background)
         self.swapping = {}     # url -> when its replica's file first named another address (kept until that one is healthy)
+        self.current = None    # the router's workers as this round saw them ({url: worker}), None when it did not answer
 
     def workers(self):
         status, body = http('GET', self.base + '/workers', self.key, pin=self.pin)
@@ -212,7 +219,7 @@ class Sync(object):
         return {w.get('url', '').rstrip('/'): w for w in body.get('workers', []) if isinstance(w, dict)}
 
     def step(self):
-        current = self.workers()
+        current = self.current = self.workers()
         if current is None:
             return
         wanted = replica_urls(self.folder)
@@ -392,12 +399,73 @@ def parse_options(argv):
                              "the router ends then")
     parser.add_argument('--handovers-file', default=None,
                         help='where a router that handed the endpoint to its successor records it (a line, as replicas do)')
+    scale_options(parser)
     opts = parser.parse_args(ours)
     if opts.proxy == 'litellm' and not (opts.gateway_keys and opts.usage_file and opts.gateway_config):
         parser.error('--proxy litellm needs --gateway-keys, --usage-file and --gateway-config')
     if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
         parser.error('give the key in --key-file, not --api-key: a command line is visible to every user of the node')
     return opts, router_argv
+
+
+def scale_options(parser):
+    """The autoscaler's options (glm_scale.py; server_replicas_max): off unless --scale-max is above --scale-least."""
+    group = parser.add_argument_group('autoscaling', 'replicas between --scale-least and --scale-max on the load')
+    group.add_argument('--scale-least', type=int, default=1, help="the deploy's replicas (server_replicas), never fewer")
+    group.add_argument('--scale-max', type=int, default=0, help='the most replicas (server_replicas_max); 0: no autoscaling')
+    group.add_argument('--scale-target', type=float, default=8.0, help='requests running + queued per replica')
+    group.add_argument('--scale-up-after', type=float, default=60.0, help='seconds above the target before one more')
+    group.add_argument('--scale-down-after', type=float, default=900.0,
+                       help='seconds the load would fit in one replica fewer (at half the target) before one less')
+    group.add_argument('--scale-cooldown', type=float, default=120.0, help='seconds between two decisions')
+    group.add_argument('--scale-replica', action='append', default=[], metavar='NAME=COMMENT',
+                       help='every replica, in order (1 .. --scale-max): its job name and Slurm comment')
+    group.add_argument('--scale-script', default=None, help="the replicas' batch script (the deploy's serve.sbatch)")
+    group.add_argument('--scale-sbatch-arg', action='append', default=[], metavar='ARG',
+                       help="one of the deploy's sbatch arguments for the replicas (server_sbatch_args; --scale-sbatch-arg=ARG)")
+    group.add_argument('--scale-log', default=None, help='where each decision and its reason is appended')
+    group.add_argument('--scale-umask', default='0077', help="the replicas' umask (glm_job_umask)")
+    group.add_argument('--bad-nodes-file', default=None, help='the bad-node list a new replica avoids')
+    group.add_argument('--bad-node-ttl', type=float, default=86400.0, help='seconds a node stays on that list')
+
+
+def scale_plan(opts):
+    """[(name, comment)] of every replica, from --scale-replica; None when they do not fit --scale-max or there is no
+    --scale-script."""
+    plan = [tuple(item.split('=', 1)) for item in opts.scale_replica]
+    if any(len(p) != 2 or not p[0] for p in plan) or len(plan) != opts.scale_max or not opts.scale_script:
+        return None
+    return plan
+
+
+def make_scaler(opts):
+    """The autoscaler (glm_scale.Scaler, beside this file) when --scale-max is above --scale-least, else None. One
+    that is not set up right is said and left off: the router serves the replicas it has."""
+    if opts.scale_max <= opts.scale_least:
+        return None
+    plan = scale_plan(opts)
+    if plan is None:
+        log('autoscaling is off: it needs --scale-script and one --scale-replica NAME=COMMENT per replica, 1 .. '
+            '--scale-max (%d); the router serves the replicas it has' % opts.scale_max)
+        return None
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import glm_scale  # pylint: disable=import-error,import-outside-toplevel
+    policy = glm_scale.Policy(opts.scale_least, opts.scale_max, opts.scale_target, opts.scale_up_after,
+                              opts.scale_down_after, opts.scale_cooldown)
+    slurm = glm_scale.Slurm(os.path.dirname(os.path.abspath(opts.scale_script or '.')), int(opts.scale_umask, 8))
+    log('autoscaling: %d to %d replicas, %g requests per replica; up after %d s above, down after %d s at half, '
+        '%d s between decisions' % (
+            opts.scale_least, opts.scale_max, opts.scale_target, opts.scale_up_after, opts.scale_down_after,
+            opts.scale_cooldown))
+    return glm_scale.Scaler(opts, policy, plan, slurm, log)
+
+
+def scale_round(scaler, sync):
+    """One round of the autoscaler, after the replicas were kept in step; a bad round must not end the job."""
+    try:
+        scaler.round(time.monotonic(), sync, busy_requests)
+    except Exception as error:  # pylint: disable=broad-except
+        log('autoscaling failed this round (%s: %s); trying again' % (type(error).__name__, error))
 
 
 def free_loopback_port():
@@ -566,6 +634,7 @@ def main(argv=None):
     # a successor (GLM_SUCCESSOR_OF: submitted by the router job it succeeds) takes the endpoint only once its replicas
     # are healthy in it; any other router takes it once it answers
     turn = Turn(opts, os.environ.get('SLURM_JOB_ID', ''), int(time.time()), os.environ.get('GLM_SUCCESSOR_OF', ''))
+    turn.scaler = make_scaler(opts)
     router_argv = successor_ports(opts, router_argv)
     proxied = opts.proxy == 'litellm'
     # the handlers first: a scancel while the children start is passed on to those started (the list grows)
@@ -634,6 +703,7 @@ class Turn(object):
         self.live_at = None
         self.said_waiting = False
         self.unanswered = 0     # rounds in a row in which the router serving the endpoint did not answer
+        self.scaler = None      # the autoscaler (--scale-max), which acts only while this router serves the endpoint
 
     def may_take(self, sync, pin=None):
         """True once this router may take the endpoint: at once unless it is a successor. A successor takes it once
@@ -714,6 +784,8 @@ def live_round(turn, sync, endpoint, children, stopping):
     if turn.owner and turn.taken_by():
         return hand_over(turn, sync, children, stopping)
     sync_round(sync)
+    if turn.owner and turn.scaler is not None:
+        scale_round(turn.scaler, sync)
     return end_of_service(children, turn) if turn.service_ended() else None
 
 

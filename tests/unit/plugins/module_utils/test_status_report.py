@@ -8,7 +8,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.glm.serve.plugins.module_utils import status_report
+from ansible_collections.glm.serve.plugins.module_utils import deployment, status_report
 
 SETTINGS = {'host': 'local', 'model': 'glm-5.3-flash', 'port': 30000, 'api_key_file': '~/glm/api-key',
             'tunnel_command': 'ssh ...', 'router_policy': 'cache_aware'}
@@ -30,8 +30,9 @@ def test_status_lines_and_document(tmp_path, view, job):
         tmp_path / 'glm_relay.py') in lines
     doc = status_report.document(out, None, SETTINGS, now=0)
     assert sorted(doc) == sorted(['schema', 'time', 'host', 'model', 'phase', 'progress', 'load', 'activity', 'jobs', 'server',
-                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas', 'usage', 'continuity'])
+                                  'endpoint_file', 'nodes_avoided', 'router', 'replicas', 'usage', 'continuity', 'scaling'])
     assert doc['continuity'] == {'successors': [], 'handovers': None, 'router_answers': None}
+    assert doc['scaling'] is None and not [line for line in lines if line.startswith('autoscaling')]    # never scaled
     assert not [line for line in lines if line.startswith(('next handover', 'handovers'))]     # no successor ever
     assert doc['time'] == '1970-01-01T00:00:00Z' and doc['server']['answers'] == 'ready' and doc['router'] is None
     assert [j['job_id'] for j in doc['jobs']] == ['11', '9']
@@ -89,3 +90,17 @@ def test_status_says_the_next_handover_and_the_handovers_so_far(tmp_path, view, 
     out['router'] = {'answers': {'total': 1711, 'failed': 0}}
     assert status_report.continuity_lines(out)[-1] == 'router answers since it started: 1711, failed (5xx) 0'
     assert status_report.document(out, None, SETTINGS)['continuity']['handovers']['count'] == 2
+
+
+def test_the_autoscalers_last_decision_is_a_line(tmp_path):
+    log = tmp_path / 'scale.log'
+    log.write_text('1796510000 2026-12-05T20:40:00 up: s-2 submitted as job 101 (20.0 requests per replica for 60 s)\n'
+                   'garbage\n'
+                   '1796510090 2026-12-05T20:41:30 up: s-2 (job 101) joined the router, 90 s after it was submitted\n')
+    scaling = deployment.read_scale_log(str(log))
+    assert scaling == {'count': 2, 'last': [
+        {'time': '2026-12-05T20:40:00', 'line': 'up: s-2 submitted as job 101 (20.0 requests per replica for 60 s)'},
+        {'time': '2026-12-05T20:41:30', 'line': 'up: s-2 (job 101) joined the router, 90 s after it was submitted'}]}
+    assert status_report.scaling_lines({'scaling': scaling}) == [
+        'autoscaling: 2 events (decisions and their outcomes); the last, 2026-12-05T20:41:30: up: s-2 (job 101) joined the router, 90 s after it was submitted']
+    assert deployment.read_scale_log(str(tmp_path / 'none')) is None

@@ -1,0 +1,266 @@
+# -*- coding: utf-8 -*-
+# SPDX-FileCopyrightText: glm.serve contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""roles/router/files/glm_scale.py: the scaling decision over rounds (Policy), and the autoscaler's acts (Scaler) against
+a fake router (its workers) and a fake Slurm that records its calls (the cluster test is tests/integration/test_autoscale.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import sys
+import types
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'router', 'files'))
+import glm_scale  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def rounds(policy, samples, start=0.0, step=5.0, serving=1, coming=0):
+    """The decisions of successive rounds STEP s apart, each with its load."""
+    return [policy.decide(start + i * step, load, serving, coming)[0] for i, load in enumerate(samples)]
+
+
+def test_up_only_after_the_load_stays_above_the_target_for_up_after():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=60)
+    # 12 rounds of 5 s above the target: the 13th sample is 60 s after the first
+    assert rounds(policy, [20] * 12) == [None] * 12
+    assert policy.decide(60.0, 20, 1, 0)[0] == glm_scale.UP
+
+
+def test_a_sample_at_or_below_the_target_restarts_the_streak():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=60)
+    assert rounds(policy, [20] * 6 + [8] + [20] * 12) == [None] * 19
+    assert policy.decide(95.0, 20, 1, 0)[0] == glm_scale.UP      # 60 s after the streak began again at 35 s
+
+
+def test_never_above_most_and_never_while_a_replica_is_coming():
+    policy = glm_scale.Policy(1, 2, target=8, up_after=10)
+    assert rounds(policy, [50] * 10, serving=2) == [None] * 10                  # 2 serve: the most
+    policy = glm_scale.Policy(1, 3, target=8, up_after=10)
+    decision, why = policy.decide(0.0, 50, 1, 1)
+    assert decision is None and why == '1 replica(s) coming or leaving'
+    assert rounds(policy, [50] * 3, start=5.0, coming=1) == [None] * 3
+    # it serves: the need is measured again, with the 2 that serve, over a whole window
+    assert rounds(policy, [50] * 2, start=20.0, serving=2) == [None, None]
+    assert policy.decide(30.0, 50, 2, 0)[0] == glm_scale.UP
+
+
+def test_down_after_the_load_fits_in_one_fewer_at_half_the_target_and_never_below_least():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=10, down_after=30)
+    # 3 serve, 7 requests: 7 <= 8 * 2 * 0.5 = 8 fits in 2 at half the target
+    assert rounds(policy, [7] * 6, serving=3) == [None] * 6
+    decision, why = policy.decide(30.0, 7, 3, 0)
+    assert decision == glm_scale.DOWN and 'would fit in 2 replicas' in why
+    policy = glm_scale.Policy(2, 3, target=8, down_after=10)
+    assert rounds(policy, [0] * 10, serving=2) == [None] * 10                   # 2 serve: the least
+
+
+def test_hysteresis_a_load_between_half_and_the_target_keeps_the_replicas():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=10, down_after=10)
+    assert rounds(policy, [12] * 20, serving=2) == [None] * 20                  # 6 per replica; 12 > 8 * 1 * 0.5
+
+
+def test_one_decision_then_the_cooldown():
+    policy = glm_scale.Policy(1, 4, target=8, up_after=10, cooldown=60)
+    assert policy.decide(0.0, 40, 1, 0)[0] is None
+    assert policy.decide(10.0, 40, 1, 0)[0] == glm_scale.UP
+    decision, why = policy.decide(15.0, 40, 2, 0)
+    assert decision is None and why.startswith('cooling down (5 s of 60')
+    assert rounds(policy, [40] * 11, start=20.0, serving=2) == [None] * 10 + [glm_scale.UP]   # at 70 s
+
+
+def test_nothing_before_the_deploys_replicas_serve_and_nothing_without_a_replica():
+    policy = glm_scale.Policy(2, 4, target=8, up_after=10)
+    assert policy.decide(0.0, 40, 1, 0) == (None, "1 of the deploy's 2 replicas serve")
+    assert policy.decide(0.0, 40, 0, 0) == (None, 'no replica serves')
+
+
+@pytest.mark.parametrize('least, most, target', [(0, 2, 8), (3, 2, 8), (1, 2, 0)])
+def test_bad_bounds_are_refused(least, most, target):
+    with pytest.raises(ValueError):
+        glm_scale.Policy(least, most, target)
+
+
+def test_a_replica_that_failed_holds_the_next_submission_doubling():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=0, cooldown=10)
+    policy.failed(0.0, 1)
+    decision, why = policy.decide(5.0, 40, 1, 0)
+    assert decision is None and why.startswith('a replica failed before it served: no new one for 15 s')
+    assert policy.decide(20.0, 40, 1, 0)[0] == glm_scale.UP
+    policy.failed(20.0, 2)
+    assert policy.hold_until == 60.0
+
+
+def test_an_unknown_load_decides_nothing():
+    policy = glm_scale.Policy(1, 3, target=8, up_after=0)
+    assert policy.decide(0.0, None, 2, 0) == (None, 'the load is not known this round')
+
+
+def test_avoiding_merges_the_own_excludes_with_the_bad_nodes():
+    assert glm_scale.avoiding(['--mem=1G', '-x', 'node9', '--exclude=node8,node2'], ['node2', 'node4']) == [
+        '--mem=1G', '--exclude=node2,node4,node9,node8']
+    assert glm_scale.avoiding(['-xnode9'], []) == ['-xnode9']
+
+
+def test_fresh_bad_nodes_keeps_those_within_the_ttl(tmp_path):
+    path = tmp_path / 'bad-nodes.json'
+    path.write_text(json.dumps({'node1': {'since': 1000}, 'node2': {'since': 100}, 'node3': {'cause': 'x'}}))
+    assert glm_scale.fresh_bad_nodes(str(path), 500, now=1200) == ['node1']
+    assert glm_scale.fresh_bad_nodes(str(tmp_path / 'none.json'), 500) == []
+
+
+def test_submit_env_drops_what_the_router_jobs_allocation_set():
+    env = glm_scale.submit_env({'SLURM_CPUS_PER_TASK': '2', 'SBATCH_MEM_PER_NODE': '4G', 'SRUN_CPUS_PER_TASK': '2',
+                                'GLM_SUCCESSOR_OF': '7', 'PATH': '/bin', 'HOME': '/h', 'SLURMD_NODENAME': 'node3',
+                                'SLURM_CONF': '/var/spool/slurmd/conf-cache/slurm.conf', 'SLURM_CONFX': '1'})
+    assert env == {'PATH': '/bin', 'HOME': '/h', 'SLURMD_NODENAME': 'node3', 'SLURM_CONF': '/var/spool/slurmd/conf-cache/slurm.conf'}
+
+
+class FakeSlurm(object):
+    """The Slurm commands of the Scaler, recorded: live jobs by name, jobs that live, ids handed out."""
+
+    def __init__(self):
+        self.calls, self.queued, self.ended, self.next_id = [], {}, set(), 100
+
+    def live(self, name):
+        self.calls.append(('squeue --name', name))
+        return list(self.queued.get(name, []))
+
+    def alive(self, job_id):
+        self.calls.append(('squeue --jobs', job_id))
+        return job_id not in self.ended
+
+    def submit(self, name, comment, script, args):
+        self.next_id += 1
+        self.calls.append(('sbatch', name, comment, script, tuple(args)))
+        return str(self.next_id), None
+
+    def cancel(self, job_ids):
+        self.calls.append(('scancel',) + tuple(job_ids))
+
+
+class Sync(object):
+    """The part of glm_router.Sync the Scaler reads: the router's workers this round, and those draining."""
+
+    def __init__(self):
+        self.current, self.draining = {}, {}
+
+
+def make(tmp_path, least=1, most=3, **kw):
+    work = tmp_path / 'work'
+    (work / 'replicas').mkdir(parents=True)
+    opts = types.SimpleNamespace(replicas_dir=str(work / 'replicas'), scale_script=str(work / 'serve.sbatch'),
+                                 scale_sbatch_arg=['--mem=10G'], scale_log=str(work / 'scale.log'),
+                                 bad_nodes_file=str(work / 'bad-nodes.json'), bad_node_ttl=86400.0,
+                                 service_end=str(work / 'service-end'))
+    policy = glm_scale.Policy(least, most, kw.pop('target', 8), kw.pop('up_after', 10), kw.pop('down_after', 30),
+                              kw.pop('cooldown', 10))
+    plan = [('s' if k == 1 else 's-%d' % k, 'glm.serve:s:replica:%d' % k) for k in range(1, most + 1)]
+    said = []
+    return glm_scale.Scaler(opts, policy, plan, FakeSlurm(), said.append), work, said
+
+
+def serve(work, sync, name, url, job_id):
+    (work / 'replicas' / (name + '.url')).write_text('%s\n%s\n' % (url, job_id))
+    sync.current[url] = {'url': url, 'is_healthy': True, 'id': name}
+
+
+def test_scaler_up_after_the_window_once_then_the_new_replica_joins(tmp_path):
+    scaler, work, said = make(tmp_path)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    (work / 'bad-nodes.json').write_text(json.dumps({'node2': {'since': 4e9}}))
+    busy = {'http://node1:30000': 20}.get
+    assert [scaler.round(t, sync, busy) for t in (0.0, 5.0)] == [None, None]
+    assert scaler.round(10.0, sync, busy) == glm_scale.UP
+    assert scaler.slurm.calls == [('squeue --name', 's-2'), ('sbatch', 's-2', 'glm.serve:s:replica:2', str(work / 'serve.sbatch'),
+                                                             ('--mem=10G', '--exclude=node2'))]
+    assert 'up: s-2 submitted as job 101, avoiding node2 (20.0 requests per replica for 10 s' in said[-1]
+    # coming: no second submission for the same need, and no Slurm call before a minute has passed
+    assert [scaler.round(t, sync, busy) for t in (15.0, 30.0, 60.0)] == [None] * 3
+    assert len(scaler.slurm.calls) == 2
+    serve(work, sync, 's-2', 'http://node2:30000', '101')
+    assert scaler.round(65.0, sync, {'http://node1:30000': 20, 'http://node2:30000': 0}.get) is None
+    assert 's-2 (job 101) joined the router, 55 s after it was submitted' in said[-1]
+    lines = (work / 'scale.log').read_text().splitlines()
+    assert len(lines) == 2 and lines[0].split(' ', 2)[2].startswith('up: s-2 submitted as job 101')
+
+
+def test_scaler_adopts_a_queued_job_of_the_name_instead_of_a_second(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=0)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    scaler.slurm.queued['s-2'] = ['77']
+    assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
+    assert [c[0] for c in scaler.slurm.calls] == ['squeue --name'] and 'job 77 already queued' in said[-1]
+    assert scaler.coming == {'s-2': ['77', 0.0, 0.0]}
+
+
+def test_scaler_drops_a_coming_replica_whose_job_ended_and_holds_the_next(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=0, cooldown=10)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
+    scaler.slurm.ended.add('101')
+    assert scaler.round(59.0, sync, lambda url: 20) is None and scaler.coming
+    assert scaler.round(60.0, sync, lambda url: 20) is None
+    assert not scaler.coming and 's-2 (job 101) ended before it served' in said[-1] and 'no new replica for 20 s' in said[-1]
+    assert scaler.round(70.0, sync, lambda url: 20) is None                    # held
+    assert scaler.round(80.0, sync, lambda url: 20) == glm_scale.UP
+
+
+def test_scaler_down_leaves_the_router_first_then_cancels_with_the_successor(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=1000, down_after=10)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    serve(work, sync, 's-2', 'http://node2:30000', '12')
+    serve(work, sync, 's-3', 'http://node4:30000', '13')
+    (work / '.s-3-13.successor').write_text('14\n1700000000\n')
+
+    def idle(_url):
+        return 0
+
+    assert scaler.round(0.0, sync, idle) is None
+    assert scaler.round(10.0, sync, idle) == glm_scale.DOWN
+    assert not (work / 'replicas' / 's-3.url').exists() and (work / 'replicas' / 's-2.url').exists()
+    assert 'down: s-3 (job 13) leaves the router' in said[-1] and scaler.slurm.calls == []
+    # the router still has it (Sync removes it at its next round), then it drains: no cancel before
+    assert scaler.round(15.0, sync, idle) is None and scaler.slurm.calls == []
+    del sync.current['http://node4:30000']
+    sync.draining['http://node4:30000'] = 15.0
+    assert scaler.round(20.0, sync, idle) is None and scaler.slurm.calls == []
+    del sync.draining['http://node4:30000']
+    assert scaler.round(25.0, sync, idle) is None
+    assert scaler.slurm.calls == [('scancel', '13', '14')] and 'down: s-3 drained in 15 s; cancelled job 13 and 14' in said[-1]
+    # a whole window again with the 2 that serve, then s-2; never below the deploy's replica (least 1)
+    assert [scaler.round(t, sync, idle) for t in (30.0, 35.0)] == [None, glm_scale.DOWN] and 'down: s-2' in said[-1]
+
+
+def test_scaler_never_takes_the_deploys_own_replicas_down(tmp_path):
+    scaler, work, said = make(tmp_path, least=2, most=3, down_after=0)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    serve(work, sync, 's-2', 'http://node2:30000', '12')
+    assert [scaler.round(t, sync, lambda url: 0) for t in (0.0, 100.0)] == [None, None]    # 2 serve: the least
+    assert not said
+
+
+def test_scaler_waits_for_the_router_to_answer(tmp_path):
+    scaler, work, said = make(tmp_path)
+    sync = Sync()
+    sync.current = None
+    assert scaler.round(0.0, sync, lambda url: 20) is None and scaler.slurm.calls == []
+
+
+def test_scaler_adds_nothing_once_the_teardown_wrote_the_services_end(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=0)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    (work / 'service-end').write_text('\n')
+    assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
+    assert scaler.slurm.calls == [] and 'not submitted, the service ends (teardown' in said[-1]
