@@ -50,6 +50,9 @@ SERVICE_END = 'service-end'
 #: The autoscaler's decisions and their reasons (server_replicas_max), a line each, appended by the router job that
 #: serves the endpoint: ``EPOCH ISO-TIME up|down: WHAT (WHY)`` (roles/router/files/glm_scale.py).
 SCALE_LOG = 'scale.log'
+#: The autoscaler's settings (JSON), written by the router role, read again by the running router job when it
+#: changes: a deploy that changes them restarts no job.
+SCALE_CONFIG = 'scale.json'
 #: The team of the service key (glm_api_key_file): the operator's, and the only one when glm_api_keys is unset.
 DEFAULT_TEAM = 'default'
 #: %-style patterns of the per-job files (``pattern % {'name': ..., 'job_id': ...}``); the log is sbatch's
@@ -167,6 +170,10 @@ class Layout(object):
     def scale_log_file(self):
         return self.path(SCALE_LOG)
 
+    @property
+    def scale_config_file(self):
+        return self.path(SCALE_CONFIG)
+
     def replica_url_file(self, name):
         return os.path.join(self.replicas_dir, REPLICA_URL % {'name': name})
 
@@ -191,6 +198,7 @@ class Layout(object):
                       'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
                       'gateway_config': self.gateway_config_file, 'handovers': self.handovers_file,
                       'service_end': self.service_end_file, 'scale_log': self.scale_log_file,
+                      'scale_config': self.scale_config_file,
                       'replica_urls': dict((n, self.replica_url_file(n)) for n in names)},
             'patterns': {'log': LOG, 'activity': ACTIVITY, 'replica_url': REPLICA_URL, 'sbatch_output': SBATCH_OUTPUT},
         }

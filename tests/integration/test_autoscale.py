@@ -13,6 +13,7 @@ sglang:num_running_reqs, which the autoscaler reads). One deploy of 1 replica wi
 - in steady state (two replicas, the most, still under load) the controller makes no Slurm call (sdiag's count for
   the login user over 40 s);
 - the load ends: replica 2 leaves the router, drains and is cancelled; replica 1 (the deploy's) stays;
+- a deploy that changes the autoscaler's settings restarts no job (the router reads its settings file again);
 - no request failed; every decision and its outcome is a line of the scale log, which the status playbook shows.
 
 Marked continuity (minutes: `make continuity`, not make test). Prints the time from the load's start to the new
@@ -124,6 +125,15 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
         assert set(jobs()) == {SERVE, ROUTER}, jobs()
         assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
 
+        # a deploy that changes the autoscaler's settings restarts no job: the running router reads its file again
+        router_id = jobs()[ROUTER][0]
+        tuned = run_playbook('deploy.yml', dict(variables(), server_scale_down_after='25s'), str(tmp_path), timeout=600)
+        assert tuned.returncode == 0 and recap(tuned) == (1, 0), tuned.stdout[-4000:]
+        assert jobs()[ROUTER][0] == router_id and set(jobs()) == {SERVE, ROUTER}, jobs()
+        deadline = time.monotonic() + 30
+        while 'scale settings read again' not in ssh('grep -a "glm.serve" ~/%s/%s-*.out' % (WORK, ROUTER)):
+            assert time.monotonic() < deadline, 'the router did not read its changed settings'
+            time.sleep(2)
         status = run_playbook('status.yml', variables(), str(tmp_path))
         assert status.returncode == 0 and 'autoscaling: 4 events (decisions and their outcomes); the last' in status.stdout, \
             status.stdout[-3000:]

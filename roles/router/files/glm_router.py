@@ -46,11 +46,11 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
   exactly that certificate (pinned: its DER bytes compared after the handshake, before anything is sent; no name
   check, it calls 127.0.0.1), so the key goes to nothing else that may hold the port.
 
-- Autoscaling (``--scale-max`` above ``--scale-least``; server_replicas_max): while this router serves the endpoint,
-  glm_scale.py (beside this file) adds a replica of the deploy's script when the requests running and queued per
-  serving replica stay above ``--scale-target``, and takes the last one it added away (out of the router, drained,
-  then cancelled) when the load would fit in one fewer; each decision and its reason goes to ``--scale-log``. No
-  Slurm call in steady state.
+- Autoscaling (``--scale-config FILE``; server_replicas_max): while this router serves the endpoint, glm_scale.py
+  (beside this file) adds a replica of the deploy's script when the requests running and queued per serving replica
+  stay above the target, and takes the highest one it may away (out of the router, drained, then cancelled) when the
+  load would fit in one fewer; each decision and its reason goes to the scale log. FILE is read again when it
+  changes: a deploy that changes the settings does not restart this job. No Slurm call in steady state.
 
 - The proxy (``--proxy litellm``): LiteLLM's proxy takes the router's address, port and certificate (its ``--host``,
   ``--port``, ``--tls-cert-path``/``--tls-key-path``), started as a second child with the config of glm_gateway.py
@@ -409,60 +409,35 @@ def parse_options(argv):
 
 
 def scale_options(parser):
-    """The autoscaler's options (glm_scale.py; server_replicas_max): off unless --scale-max is above --scale-least."""
-    group = parser.add_argument_group('autoscaling', 'replicas between --scale-least and --scale-max on the load')
-    group.add_argument('--scale-least', type=int, default=1, help="the deploy's replicas (server_replicas), never fewer")
-    group.add_argument('--scale-max', type=int, default=0, help='the most replicas (server_replicas_max); 0: no autoscaling')
-    group.add_argument('--scale-target', type=float, default=8.0, help='requests running + queued per replica')
-    group.add_argument('--scale-up-after', type=float, default=60.0, help='seconds above the target before one more')
-    group.add_argument('--scale-down-after', type=float, default=900.0,
-                       help='seconds the load would fit in one replica fewer (at half the target) before one less')
-    group.add_argument('--scale-cooldown', type=float, default=120.0, help='seconds between two decisions')
-    group.add_argument('--scale-replica', action='append', default=[], metavar='NAME=COMMENT',
-                       help='every replica, in order (1 .. --scale-max): its job name and Slurm comment')
-    group.add_argument('--scale-script', default=None, help="the replicas' batch script (the deploy's serve.sbatch)")
-    group.add_argument('--scale-sbatch-arg', action='append', default=[], metavar='ARG',
-                       help="one of the deploy's sbatch arguments for the replicas (server_sbatch_args; --scale-sbatch-arg=ARG)")
-    group.add_argument('--scale-log', default=None, help='where each decision and its reason is appended')
-    group.add_argument('--scale-umask', default='0077', help="the replicas' umask (glm_job_umask)")
-    group.add_argument('--bad-nodes-file', default=None, help='the bad-node list a new replica avoids')
-    group.add_argument('--bad-node-ttl', type=float, default=86400.0, help='seconds a node stays on that list')
-
-
-def scale_plan(opts):
-    """[(name, comment)] of every replica, from --scale-replica; None when they do not fit --scale-max or there is no
-    --scale-script."""
-    plan = [tuple(item.split('=', 1)) for item in opts.scale_replica]
-    if any(len(p) != 2 or not p[0] for p in plan) or len(plan) != opts.scale_max or not opts.scale_script:
-        return None
-    return plan
+    """The autoscaler's option (glm_scale.py; server_replicas_max): its settings file, written by the router role."""
+    parser.add_argument('--scale-config', default=None,
+                        help="the autoscaler's settings (JSON, read again when it changes); none: no autoscaling")
 
 
 def make_scaler(opts):
-    """The autoscaler (glm_scale.Scaler, beside this file) when --scale-max is above --scale-least, else None. One
-    that is not set up right is said and left off: the router serves the replicas it has."""
-    if opts.scale_max <= opts.scale_least:
-        return None
-    plan = scale_plan(opts)
-    if plan is None:
-        log('autoscaling is off: it needs --scale-script and one --scale-replica NAME=COMMENT per replica, 1 .. '
-            '--scale-max (%d); the router serves the replicas it has' % opts.scale_max)
+    """The autoscaler (glm_scale.Scaler, beside this file) when --scale-config is given, else None. Settings that
+    cannot be read are said, and the router serves the replicas it has without it."""
+    if not opts.scale_config:
         return None
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import glm_scale  # pylint: disable=import-error,import-outside-toplevel
-    policy = glm_scale.Policy(opts.scale_least, opts.scale_max, opts.scale_target, opts.scale_up_after,
-                              opts.scale_down_after, opts.scale_cooldown)
-    slurm = glm_scale.Slurm(os.path.dirname(os.path.abspath(opts.scale_script or '.')), int(opts.scale_umask, 8))
+    try:
+        cfg, mtime = glm_scale.Config.read(opts.scale_config, opts.replicas_dir, opts.key_file)
+        policy = glm_scale.Policy(cfg.least, cfg.most, cfg.target, cfg.up_after, cfg.down_after, cfg.cooldown)
+    except ValueError as error:
+        log('autoscaling is off: %s; the router serves the replicas it has' % error)
+        return None
     log('autoscaling: %d to %d replicas, %g requests per replica; up after %d s above, down after %d s at half, '
-        '%d s between decisions' % (
-            opts.scale_least, opts.scale_max, opts.scale_target, opts.scale_up_after, opts.scale_down_after,
-            opts.scale_cooldown))
-    return glm_scale.Scaler(opts, policy, plan, slurm, log)
+        '%d s between decisions (%s, read again when it changes)' % (
+            cfg.least, cfg.most, cfg.target, cfg.up_after, cfg.down_after, cfg.cooldown, opts.scale_config))
+    slurm = glm_scale.Slurm(os.path.dirname(cfg.script), int(cfg.umask, 8))
+    return glm_scale.Scaler(cfg, policy, slurm, log, opts.scale_config, mtime)
 
 
 def scale_round(scaler, sync):
     """One round of the autoscaler, after the replicas were kept in step; a bad round must not end the job."""
     try:
+        scaler.refresh()
         scaler.round(time.monotonic(), sync, busy_requests)
     except Exception as error:  # pylint: disable=broad-except
         log('autoscaling failed this round (%s: %s); trying again' % (type(error).__name__, error))
@@ -703,7 +678,7 @@ class Turn(object):
         self.live_at = None
         self.said_waiting = False
         self.unanswered = 0     # rounds in a row in which the router serving the endpoint did not answer
-        self.scaler = None      # the autoscaler (--scale-max), which acts only while this router serves the endpoint
+        self.scaler = None      # the autoscaler (--scale-config), which acts only while this router serves the endpoint
 
     def may_take(self, sync, pin=None):
         """True once this router may take the endpoint: at once unless it is a successor. A successor takes it once

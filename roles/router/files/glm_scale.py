@@ -2,8 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The replicas' autoscaler (server_replicas_max; docs/replicas.md "Replicas that follow the load"): the router job's
-launcher (glm_router.py) calls Scaler.round once a round while its job serves the endpoint. Standard library only.
+launcher (glm_router.py) calls Scaler.refresh and Scaler.round once a round while its job serves the endpoint.
+Standard library only.
 
+- **Its settings** (Config): a JSON file the router role writes (``glm_layout.files.scale_config``), read again when
+  it changes, so that a deploy that changes them restarts no job.
 - **The signal**: the requests running and queued in the serving replicas, each replica's own
   ``sglang:num_running_reqs + sglang:num_queue_reqs`` (its ``/metrics``, no key; glm_router.py's busy_requests, which
   the drain reads too). One HTTP call per serving replica a round; no Slurm call. (The gateway's ``GET /loads``
@@ -14,16 +17,20 @@ launcher (glm_router.py) calls Scaler.round once a round while its job serves th
   below the deploy's replicas; nothing while a replica is coming or leaving (the window starts again once it has
   joined or left: the load per replica is measured with the replicas there are); a cool-down after each decision.
 - **Up**: the lowest free name above the deploy's replicas (NAME-k, the deployment's Slurm comment) is looked up
-  once (``squeue --name``: a job of that name already queued is adopted as coming, never a second one), then
-  submitted with the deploy's own script (the GPU check, the health gate, the successors) and sbatch arguments, the
-  nodes of the bad-node list excluded. It counts as coming until its address file appears; while it comes, one
-  ``squeue`` a minute asks whether its job still lives (one that ended before it served holds the next submission
-  for twice the cool-down, doubling: a failing node does not make a loop).
+  once (``squeue --name``: a job of that name and comment already queued is adopted as coming, never a second one),
+  then submitted with the deploy's own script (the GPU check, the health gate, the successors) and sbatch arguments,
+  the nodes of the bad-node list excluded. It counts as coming until its address file appears; while it comes, one
+  ``squeue`` a minute asks whether its job still lives; one that ended before it served, or did not serve within
+  ``coming_timeout`` (cancelled then), holds the next submission for 2, 4, 8... cool-downs: a failing node or a full
+  cluster does not make a loop.
 - **Down**: the highest serving replica above the deploy's replicas leaves the router (its address file removed:
   Sync drains it, requests in flight finish), then its job and the successor it submitted are cancelled, one
-  ``scancel``.
-- Each decision and its reason is a line of the scale log (``EPOCH ISO-TIME WHAT: WHY``), which the status and logs
-  playbooks show, and of the job's log.
+  ``scancel``, asked again at the next rounds until it is done. A replica of the autoscaler's that started before its
+  script or the key last changed (a deploy rotated the key, changed a setting) leaves and ends the same way: the
+  deploy rolls its own replicas, not these. A new router job cancels what the last one took out and left (the scale
+  log says which).
+- Each decision and its reason is a line of the scale log (``EPOCH ISO-TIME WHAT: WHY``), whose last line the status
+  playbook shows, and of the router job's log.
 
 Slurm calls: none in steady state; 2 per scale-up, 1 per scale-down, 1 a minute while a replica is coming.
 """
@@ -46,6 +53,10 @@ COMING_CHECK = 60.0
 #: router's CPU count and memory), as if it were submitted from the login node as the deploy does. SLURM_CONF stays:
 #: on a configless cluster slurmd sets it in the job's environment to its cached slurm.conf, which sbatch needs.
 DROP_ENV = re.compile(r'^((SLURM_(?!CONF$))|SBATCH_|SALLOC_|SRUN_|GLM_SUCCESSOR_OF$)')
+#: Seconds a replica whose address file appeared still counts as coming while the router has not taken it yet.
+JOIN_GRACE = 120.0
+#: Seconds of clock difference between the nodes (a job's start, a file's mtime) under which a replica is not stale.
+STALE_MARGIN = 2
 #: The states of a job that will still serve (squeue's %T): ended, ending or requeued by hand are not among them.
 LIVE = ('PENDING', 'CONFIGURING', 'RUNNING', 'SUSPENDED', 'REQUEUED', 'RESIZING')
 
@@ -93,6 +104,13 @@ class Policy(object):
                 load, serving - 1, '' if serving == 2 else 's', self.target, now - self.below_since))
         return None, '%.1f requests per replica (target %g), %d serve' % (per, self.target, serving)
 
+    def reconfigure(self, cfg):
+        """New bounds, target and windows (the settings changed), the current streaks and cool-down kept."""
+        if not 1 <= cfg.least <= cfg.most or cfg.target <= 0:
+            return
+        self.least, self.most, self.target = int(cfg.least), int(cfg.most), float(cfg.target)
+        self.up_after, self.down_after, self.cooldown = float(cfg.up_after), float(cfg.down_after), float(cfg.cooldown)
+
     def failed(self, now, times):
         """A replica ended before it served (TIMES in a row): the next submission waits 2, 4, 8... cool-downs."""
         self.hold_until = now + self.cooldown * 2 ** min(times, 6)
@@ -118,7 +136,8 @@ def service_load(urls, busy):
 
 
 def replica_files(folder):
-    """{replica name: (url, job id or '')} from the replicas' address files (NAME.url: the URL, then the job's id)."""
+    """{replica name: (url, job id or '', the job's start epoch or None)} from the replicas' address files (NAME.url:
+    the URL, the job's id, GLM_JOB_STARTED; serve_ready.bash's glm_await_ready)."""
     found = {}
     try:
         names = sorted(os.listdir(folder))
@@ -133,7 +152,9 @@ def replica_files(folder):
         except OSError:
             continue
         if lines and (lines[0].startswith('http://') or lines[0].startswith('https://')):
-            found[name[:-len('.url')]] = (lines[0].strip().rstrip('/'), (lines[1].strip() if len(lines) > 1 else ''))
+            start = lines[2].strip() if len(lines) > 2 else ''
+            found[name[:-len('.url')]] = (lines[0].strip().rstrip('/'), (lines[1].strip() if len(lines) > 1 else ''),
+                                          int(start) if start.isdigit() else None)
     return found
 
 
@@ -188,12 +209,14 @@ class Slurm(object):
                          universal_newlines=True, timeout=60, check=False, preexec_fn=lambda: os.umask(umask))
         return proc.returncode, proc.stdout or '', proc.stderr or ''
 
-    def live(self, name):
-        """The ids of the user's live jobs named NAME (one squeue), oldest first; None when squeue failed."""
-        rc, out, _err = self._call(['squeue', '--noheader', '--me', '--name=' + name, '--format=%i %T'])
+    def live(self, name, comment):
+        """The ids of the user's live jobs named NAME with the Slurm COMMENT (the deployment's: another deployment may
+        have a job of that name), oldest first (one squeue); None when squeue failed."""
+        rc, out, _err = self._call(['squeue', '--noheader', '--me', '--name=' + name, '--sort=i', '--format=%i|%T|%k'])
         if rc != 0:
             return None
-        return [f[0] for f in (line.split() for line in out.splitlines()) if len(f) == 2 and f[1] in LIVE]
+        rows = [line.strip().split('|', 2) for line in out.splitlines()]
+        return [r[0] for r in rows if len(r) == 3 and r[1] in LIVE and r[2] == comment]
 
     def alive(self, job_id):
         """Whether job JOB_ID still lives (one squeue); None when squeue failed."""
@@ -209,19 +232,79 @@ class Slurm(object):
         return (job_id, None) if rc == 0 and job_id.isdigit() else (None, (err or out).strip().splitlines()[-1:] or ['rc %d' % rc])
 
     def cancel(self, job_ids):
+        """None once the jobs are cancelled (or were gone already), else what scancel said."""
         rc, _out, err = self._call(['scancel'] + list(job_ids))
-        return None if rc == 0 else (err.strip() or 'rc %d' % rc)
+        return None if rc == 0 or 'Invalid job id' in err else (err.strip() or 'rc %d' % rc)
+
+
+class Config(object):
+    """The autoscaler's settings: the JSON the router role writes (``glm_layout.files.scale_config``), read again
+    whenever it changes, so that a deploy that changes them changes the running router's autoscaler without
+    restarting the router job (its script names only the file)."""
+
+    FIELDS = {'least': int, 'most': int, 'target': float, 'up_after': float, 'down_after': float, 'cooldown': float,
+              'script': str, 'sbatch_args': list, 'bad_nodes_file': str, 'bad_node_ttl': float, 'umask': str,
+              'replicas': list, 'log': str, 'service_end': str, 'coming_timeout': float}
+
+    def __init__(self, data, replicas_dir, key_file):
+        missing = [k for k in self.FIELDS if k not in data]
+        if missing:
+            raise ValueError('the autoscaler\'s settings lack %s' % ', '.join(missing))
+        for key, kind in self.FIELDS.items():
+            setattr(self, key, kind(data[key]))
+        self.replicas = [tuple(r) for r in self.replicas]
+        if any(len(r) != 2 for r in self.replicas) or len(self.replicas) != self.most or not self.script:
+            raise ValueError('the autoscaler\'s settings need the script and a [name, comment] per replica, 1 .. most')
+        self.replicas_dir, self.key_file = replicas_dir, key_file
+
+    @classmethod
+    def read(cls, path, replicas_dir, key_file):
+        """(Config, the file's mtime); ValueError when it cannot be read or is not right."""
+        try:
+            with open(path, encoding='utf-8') as handle:
+                mtime = os.fstat(handle.fileno()).st_mtime
+                data = json.load(handle)
+        except (OSError, ValueError) as error:
+            raise ValueError('the autoscaler\'s settings %s: %s' % (path, error))
+        return cls(data, replicas_dir, key_file), mtime
+
+
+LEFT = re.compile(r'^down: (\S+) \(job (\d+)\) leaves the router')
+SETTLED = re.compile(r'^down: (\S+) (drained|could not leave)')
 
 
 class Scaler(object):
-    """The replicas between the deploy's (PLAN's first FLOOR names are the deploy's) and the most, on the load."""
+    """The replicas between the deploy's (the plan's first ``least`` names) and the most, on the load."""
 
-    def __init__(self, opts, policy, plan, slurm, log):
-        self.opts, self.policy, self.slurm, self.say = opts, policy, slurm, log
-        self.plan = list(plan)           # [(name, comment)] of every replica, in order: 1 .. most
+    def __init__(self, cfg, policy, slurm, log, path=None, mtime=None):
+        self.cfg, self.policy, self.slurm, self.say = cfg, policy, slurm, log
+        self.path, self.mtime = path, mtime   # the settings file, and its mtime when read
         self.coming = {}                 # name -> [job id, when submitted, when last asked]
-        self.leaving = {}                # name -> (url, job id, when it left the router)
+        self.leaving = {}                # name -> [url, job id, when it left the router, cancel attempts]
         self.failures = 0                # replicas in a row that ended before they served
+        self.joined = {}                 # name -> when its address file appeared (it joins the router after)
+        self.recovered = False
+
+    @property
+    def plan(self):
+        return self.cfg.replicas
+
+    def refresh(self):
+        """The settings read again when their file changed (a deploy changed them): the policy's bounds, target and
+        windows, the replicas' plan, script and sbatch arguments. A file that went or is wrong keeps the last ones."""
+        if not self.path:
+            return
+        try:
+            if os.stat(self.path).st_mtime == self.mtime:
+                return
+            cfg, mtime = Config.read(self.path, self.cfg.replicas_dir, self.cfg.key_file)
+        except (OSError, ValueError) as error:
+            self.mtime = None if isinstance(error, OSError) else self.mtime
+            return
+        self.cfg, self.mtime = cfg, mtime
+        self.policy.reconfigure(cfg)
+        self.slurm.work_dir, self.slurm.umask = os.path.dirname(cfg.script), int(cfg.umask, 8)
+        self.say('scale settings read again: %d to %d replicas, %g requests per replica' % (cfg.least, cfg.most, cfg.target))
 
     def round(self, now, sync, busy):
         """One round: SYNC (the Sync of glm_router.py, its ``current`` workers of this round), BUSY (a replica URL ->
@@ -229,12 +312,19 @@ class Scaler(object):
         current = sync.current
         if current is None:
             return None
-        files = replica_files(self.opts.replicas_dir)
-        serving = sorted(n for n, (url, _job) in files.items() if (current.get(url) or {}).get('is_healthy'))
+        files = replica_files(self.cfg.replicas_dir)
+        if not self.recovered:
+            self.recovered = True
+            self.recover(now, files)
+        serving = sorted(n for n, (url, _job, _start) in files.items() if (current.get(url) or {}).get('is_healthy'))
         self.settle_coming(now, files)
         self.settle_leaving(now, sync, current)
+        self.retire_stale(now, files)
         load = service_load([files[n][0] for n in serving], busy)
-        decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving))
+        # a replica of ours whose file appeared but which the router does not list as healthy yet is still coming (for
+        # JOIN_GRACE s: one whose node died with its file there must not hold every decision)
+        joining = [n for n, t in self.joined.items() if n in files and n not in serving and now - t < JOIN_GRACE]
+        decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving) + len(joining))
         if decision == UP:
             self.up(now, files, why)
         elif decision == DOWN:
@@ -248,18 +338,18 @@ class Scaler(object):
             return self.record(now, 'up: no free replica name (%s)' % why)
         name, comment = free[0]
         if self.ended():
-            return self.record(now, 'up: %s not submitted, the service ends (teardown, %s)' % (name, self.opts.service_end))
-        live = self.slurm.live(name)
+            return self.record(now, 'up: %s not submitted, the service ends (teardown, %s)' % (name, self.cfg.service_end))
+        live = self.slurm.live(name, comment)
         if live is None:
             return self.record(now, 'up: %s not submitted, squeue did not answer (%s)' % (name, why))
         if live:
             self.coming[name] = [live[-1], now, now]
             return self.record(now, 'up: %s, job %s already queued, counted as coming (%s)' % (name, live[-1], why))
-        bad = fresh_bad_nodes(self.opts.bad_nodes_file, self.opts.bad_node_ttl) if self.opts.bad_nodes_file else []
-        job_id, said = self.slurm.submit(name, comment, self.opts.scale_script, avoiding(self.opts.scale_sbatch_arg, bad))
+        bad = fresh_bad_nodes(self.cfg.bad_nodes_file, self.cfg.bad_node_ttl) if self.cfg.bad_nodes_file else []
+        job_id, said = self.slurm.submit(name, comment, self.cfg.script, avoiding(self.cfg.sbatch_args, bad))
         if job_id is None:
-            self.policy.failed(now, self.failures + 1)
             self.failures += 1
+            self.policy.failed(now, self.failures)
             return self.record(now, 'up: the sbatch of %s failed: %s (%s)' % (name, ' '.join(said), why))
         if self.ended():                 # the teardown wrote the service's end while the sbatch ran: taken back
             self.slurm.cancel([job_id])
@@ -272,22 +362,47 @@ class Scaler(object):
         ours = [n for n, _c in self.plan[self.policy.least:] if n in serving]
         if not ours:
             return self.record(now, 'down: no replica above the deploy\'s %d serves (%s)' % (self.policy.least, why))
-        name = ours[-1]
-        url, job_id = files[name]
+        return self.take_out(now, ours[-1], files, why)
+
+    def take_out(self, now, name, files, why):
+        """NAME out of the router (its address file removed: the router drains it); cancelled once drained."""
+        url, job_id, _start = files[name]
         error = self.leave(name)
         if error:
             return self.record(now, 'down: %s could not leave the router (%s)' % (name, error))
-        self.leaving[name] = (url, job_id, now)
+        self.leaving[name] = [url, job_id, now, 0]
         return self.record(now, 'down: %s (job %s) leaves the router, then ends (%s)' % (name, job_id or '?', why))
 
+    def retire_stale(self, now, files):
+        """A replica of the autoscaler's that started before its script or the key last changed (a deploy rotated the
+        key or changed a setting: the deploy rolls its own replicas, not these) leaves and ends; the load brings a
+        new one if it is needed."""
+        changed = max([0.0] + [os.stat(p).st_mtime for p in (self.cfg.script, self.cfg.key_file) if p and os.path.exists(p)])
+        for name, _comment in self.plan[self.policy.least:]:
+            start = files.get(name, (None, None, None))[2]
+            if start is not None and name not in self.leaving and start + STALE_MARGIN < changed:
+                self.take_out(now, name, files, 'it started before its script or the key last changed, %s' %
+                              time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(changed)))
+
     def settle_coming(self, now, files):
-        """A coming replica serves once its address file is there; one whose job ended before is dropped."""
+        """A coming replica serves once its address file is there; one whose job ended before, or that did not serve
+        within coming_timeout (pending for want of a node, or stuck loading), is dropped."""
         for name, entry in sorted(self.coming.items()):
             job_id, since, asked = entry
             if name in files:
                 del self.coming[name]
+                self.joined[name] = now
                 self.failures = 0
                 self.record(now, 'up: %s (job %s) joined the router, %d s after it was submitted' % (name, job_id, now - since))
+                continue
+            if now - since >= self.cfg.coming_timeout:
+                del self.coming[name]
+                said = self.slurm.cancel([job_id])
+                self.failures += 1
+                self.policy.failed(now, self.failures)
+                self.record(now, 'up: %s (job %s) did not serve within %d s: %s; no new replica for %d s' % (
+                    name, job_id, self.cfg.coming_timeout, 'cancelled' if said is None else 'not cancelled: %s' % said,
+                    self.policy.hold_until - now))
                 continue
             if now - asked < COMING_CHECK:
                 continue
@@ -300,21 +415,51 @@ class Scaler(object):
                     name, job_id, name, job_id, self.policy.hold_until - now))
 
     def settle_leaving(self, now, sync, current):
-        """A leaving replica is cancelled (with its successor) once the router no longer has it and it drained."""
-        for name, (url, job_id, since) in sorted(self.leaving.items()):
+        """A leaving replica is cancelled (with its successor) once the router no longer has it and it drained; a
+        cancel that fails is asked again at the next rounds (said at the first and every twelfth)."""
+        for name, entry in sorted(self.leaving.items()):
+            url, job_id, since, attempts = entry
             if url in current or url in sync.draining:
                 self.leave(name)                 # its file out again, should its job have written it back
                 continue
-            del self.leaving[name]
             ids = [j for j in [job_id, self.successor_of(name, job_id)] if j]
-            said = self.slurm.cancel(ids) if ids else 'no job id in its address file'
-            self.record(now, 'down: %s drained in %d s; %s' % (
-                name, now - since, 'cancelled job %s' % ' and '.join(ids) if said is None else 'not cancelled: %s' % said))
+            entry[3] = attempts + 1
+            said = self.slurm.cancel(ids) if ids else None
+            if said is None:
+                del self.leaving[name]
+                self.record(now, 'down: %s drained in %d s; %s' % (
+                    name, now - since, 'cancelled job %s' % ' and '.join(ids) if ids else 'no job id in its address file'))
+            elif attempts % 12 == 0:
+                self.record(now, 'down: %s not cancelled yet (%s); asked again each round' % (name, said))
+
+    def recover(self, now, files):
+        """Replicas an earlier router job's autoscaler took out of the router and had not cancelled when that job
+        ended (a handover, a restart): cancelled now, unless they serve again (the scale log says which)."""
+        left = {}
+        try:
+            with open(self.cfg.log, encoding='utf-8') as handle:
+                for line in handle:
+                    text = line.rstrip('\n').split(' ', 2)[-1]
+                    match = LEFT.match(text)
+                    if match:
+                        left[match.group(1)] = match.group(2)
+                    match = SETTLED.match(text)
+                    if match:
+                        left.pop(match.group(1), None)
+        except OSError:
+            return
+        for name, job_id in sorted(left.items()):
+            if name in files:
+                continue
+            ids = [j for j in [job_id, self.successor_of(name, job_id)] if j]
+            said = self.slurm.cancel(ids)
+            self.record(now, 'down: %s drained (it left the router under an earlier router job); %s' % (
+                name, 'cancelled job %s' % ' and '.join(ids) if said is None else 'not cancelled: %s' % said))
 
     def leave(self, name):
         """The replica's address file removed (the router drains it at its next round); the error, or None."""
         try:
-            os.unlink(os.path.join(self.opts.replicas_dir, name + '.url'))
+            os.unlink(os.path.join(self.cfg.replicas_dir, name + '.url'))
         except FileNotFoundError:
             pass
         except OSError as error:
@@ -323,13 +468,12 @@ class Scaler(object):
 
     def ended(self):
         """Whether the teardown wrote the service's end (the layout's service-end file): no replica is added then."""
-        path = getattr(self.opts, 'service_end', None)
-        return bool(path) and os.path.exists(path)
+        return bool(self.cfg.service_end) and os.path.exists(self.cfg.service_end)
 
     def successor_of(self, name, job_id):
         """The successor job JOB_ID submitted (server_successors_until), from its .NAME-JOBID.successor file."""
         try:
-            with open(os.path.join(os.path.dirname(self.opts.scale_script), '.%s-%s.successor' % (name, job_id)),
+            with open(os.path.join(os.path.dirname(self.cfg.script), '.%s-%s.successor' % (name, job_id)),
                       encoding='utf-8') as handle:
                 first = handle.readline().strip()
         except OSError:
@@ -339,7 +483,7 @@ class Scaler(object):
     def record(self, now, line):
         """A decision or its outcome: the job's log and the scale log."""
         self.say('scale %s' % line)
-        if self.opts.scale_log:
-            with open(self.opts.scale_log, 'a', encoding='utf-8') as handle:
+        if self.cfg.log:
+            with open(self.cfg.log, 'a', encoding='utf-8') as handle:
                 handle.write('%d %s %s\n' % (time.time(), time.strftime('%Y-%m-%dT%H:%M:%S'), line))
         return line

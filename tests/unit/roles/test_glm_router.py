@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 import signal
 import sys
@@ -115,26 +116,30 @@ def test_a_failed_sync_round_is_logged_and_the_job_goes_on(capsys):
     assert 'keeping the replicas in step failed this round (OSError: disk hiccup); trying again' in capsys.readouterr().out
 
 
-SCALE = ['--scale-least', '1', '--scale-max', '2', '--scale-target', '3', '--scale-script', '/w/serve.sbatch',
-         '--scale-replica', 's=glm.serve:s:replica:1', '--scale-replica', 's-2=glm.serve:s:replica:2',
-         '--scale-sbatch-arg=--mem=10G', '--scale-sbatch-arg=--exclude=node9', '--scale-log', '/w/scale.log']
-
-
-def test_the_autoscaler_is_made_from_its_options_and_off_without_them(capsys):
-    assert glm_router.make_scaler(glm_router.parse_options(OURS)[0]) is None                    # --scale-max 0
-    opts = glm_router.parse_options(OURS + SCALE + ['--', '--port', '31000'])[0]
-    assert opts.scale_sbatch_arg == ['--mem=10G', '--exclude=node9']
+def test_the_autoscaler_is_made_from_its_settings_file_and_off_without_one(tmp_path, capsys):
+    assert glm_router.make_scaler(glm_router.parse_options(OURS)[0]) is None                    # no --scale-config
+    path = tmp_path / 'scale.json'
+    settings = {'least': 1, 'most': 2, 'target': 3, 'up_after': 10, 'down_after': 20, 'cooldown': 10,
+                'coming_timeout': 3600, 'script': '/w/serve.sbatch', 'sbatch_args': ['--mem=10G'], 'bad_nodes_file': '',
+                'bad_node_ttl': 86400, 'umask': '0077', 'log': '/w/scale.log', 'service_end': '/w/service-end',
+                'replicas': [['s', 'glm.serve:s:replica:1'], ['s-2', 'glm.serve:s:replica:2']]}
+    path.write_text(json.dumps(settings))
+    opts = glm_router.parse_options(OURS + ['--scale-config', str(path), '--', '--port', '31000'])[0]
     scaler = glm_router.make_scaler(opts)
     assert scaler.plan == [('s', 'glm.serve:s:replica:1'), ('s-2', 'glm.serve:s:replica:2')]
     assert (scaler.policy.least, scaler.policy.most, scaler.policy.target) == (1, 2, 3.0)
-    assert scaler.slurm.work_dir == '/w' and 'autoscaling: 1 to 2 replicas, 3 requests per replica' in capsys.readouterr().out
+    assert scaler.slurm.work_dir == '/w' and scaler.cfg.key_file == '/k'
+    assert 'autoscaling: 1 to 2 replicas, 3 requests per replica' in capsys.readouterr().out
     # a replica missing from the plan: said, and the router serves on without it
-    broken = glm_router.parse_options(OURS + SCALE[:10] + ['--', '--port', '31000'])[0]
-    assert glm_router.make_scaler(broken) is None and 'autoscaling is off' in capsys.readouterr().out
+    path.write_text(json.dumps(dict(settings, replicas=settings['replicas'][:1])))
+    assert glm_router.make_scaler(opts) is None and 'autoscaling is off' in capsys.readouterr().out
 
 
 def test_a_failed_scale_round_is_logged_and_the_job_goes_on(capsys):
     class Broken:
+        def refresh(self):
+            pass
+
         def round(self, now, sync, busy):
             raise OSError('sbatch hung')
     glm_router.scale_round(Broken(), None)

@@ -12,7 +12,6 @@ __metaclass__ = type
 import json
 import os
 import sys
-import types
 
 import pytest
 
@@ -125,11 +124,11 @@ class FakeSlurm(object):
     """The Slurm commands of the Scaler, recorded: live jobs by name, jobs that live, ids handed out."""
 
     def __init__(self):
-        self.calls, self.queued, self.ended, self.next_id = [], {}, set(), 100
+        self.calls, self.queued, self.ended, self.next_id, self.refuse = [], {}, set(), 100, []
 
-    def live(self, name):
+    def live(self, name, comment):
         self.calls.append(('squeue --name', name))
-        return list(self.queued.get(name, []))
+        return [j for j, c in self.queued.get(name, []) if c == comment]
 
     def alive(self, job_id):
         self.calls.append(('squeue --jobs', job_id))
@@ -142,6 +141,7 @@ class FakeSlurm(object):
 
     def cancel(self, job_ids):
         self.calls.append(('scancel',) + tuple(job_ids))
+        return self.refuse.pop(0) if self.refuse else None
 
 
 class Sync(object):
@@ -154,19 +154,21 @@ class Sync(object):
 def make(tmp_path, least=1, most=3, **kw):
     work = tmp_path / 'work'
     (work / 'replicas').mkdir(parents=True)
-    opts = types.SimpleNamespace(replicas_dir=str(work / 'replicas'), scale_script=str(work / 'serve.sbatch'),
-                                 scale_sbatch_arg=['--mem=10G'], scale_log=str(work / 'scale.log'),
-                                 bad_nodes_file=str(work / 'bad-nodes.json'), bad_node_ttl=86400.0,
-                                 service_end=str(work / 'service-end'))
-    policy = glm_scale.Policy(least, most, kw.pop('target', 8), kw.pop('up_after', 10), kw.pop('down_after', 30),
-                              kw.pop('cooldown', 10))
-    plan = [('s' if k == 1 else 's-%d' % k, 'glm.serve:s:replica:%d' % k) for k in range(1, most + 1)]
+    data = {'least': least, 'most': most, 'target': kw.pop('target', 8), 'up_after': kw.pop('up_after', 10),
+            'down_after': kw.pop('down_after', 30), 'cooldown': kw.pop('cooldown', 10),
+            'coming_timeout': kw.pop('coming_timeout', 3600), 'script': str(work / 'serve.sbatch'),
+            'sbatch_args': ['--mem=10G'], 'bad_nodes_file': str(work / 'bad-nodes.json'), 'bad_node_ttl': 86400,
+            'umask': '0077', 'log': str(work / 'scale.log'), 'service_end': str(work / 'service-end'),
+            'replicas': [['s' if k == 1 else 's-%d' % k, 'glm.serve:s:replica:%d' % k] for k in range(1, most + 1)]}
+    data.update(kw)
+    cfg = glm_scale.Config(data, str(work / 'replicas'), str(work / 'api-key'))
+    policy = glm_scale.Policy(least, most, cfg.target, cfg.up_after, cfg.down_after, cfg.cooldown)
     said = []
-    return glm_scale.Scaler(opts, policy, plan, FakeSlurm(), said.append), work, said
+    return glm_scale.Scaler(cfg, policy, FakeSlurm(), said.append), work, said
 
 
-def serve(work, sync, name, url, job_id):
-    (work / 'replicas' / (name + '.url')).write_text('%s\n%s\n' % (url, job_id))
+def serve(work, sync, name, url, job_id, start=None):
+    (work / 'replicas' / (name + '.url')).write_text('%s\n%s\n%s' % (url, job_id, '%d\n' % start if start else ''))
     sync.current[url] = {'url': url, 'is_healthy': True, 'id': name}
 
 
@@ -195,7 +197,7 @@ def test_scaler_adopts_a_queued_job_of_the_name_instead_of_a_second(tmp_path):
     scaler, work, said = make(tmp_path, up_after=0)
     sync = Sync()
     serve(work, sync, 's', 'http://node1:30000', '11')
-    scaler.slurm.queued['s-2'] = ['77']
+    scaler.slurm.queued['s-2'] = [('76', 'glm.serve:s-2:replica:1'), ('77', 'glm.serve:s:replica:2')]   # another deployment's first
     assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
     assert [c[0] for c in scaler.slurm.calls] == ['squeue --name'] and 'job 77 already queued' in said[-1]
     assert scaler.coming == {'s-2': ['77', 0.0, 0.0]}
@@ -264,3 +266,83 @@ def test_scaler_adds_nothing_once_the_teardown_wrote_the_services_end(tmp_path):
     (work / 'service-end').write_text('\n')
     assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
     assert scaler.slurm.calls == [] and 'not submitted, the service ends (teardown' in said[-1]
+
+
+def test_a_failed_cancel_is_asked_again_until_it_is_done(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=1000, down_after=0, cooldown=0)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    serve(work, sync, 's-2', 'http://node2:30000', '12')
+    assert scaler.round(0.0, sync, lambda url: 0) == glm_scale.DOWN
+    del sync.current['http://node2:30000']
+    scaler.slurm.refuse = ['Unable to contact slurm controller', 'Unable to contact slurm controller']
+    assert [scaler.round(t, sync, lambda url: 0) for t in (5.0, 10.0, 15.0)] == [None] * 3
+    assert scaler.slurm.calls == [('scancel', '12')] * 3 and not scaler.leaving
+    assert 'not cancelled yet (Unable to contact slurm controller)' in said[-2] and 'cancelled job 12' in said[-1]
+
+
+def test_a_replica_older_than_its_script_or_the_key_leaves_and_ends(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=1000, down_after=1000)
+    sync = Sync()
+    (work / 'serve.sbatch').write_text('#!/bin/bash\n')
+    (work / 'api-key').write_text('k\n')
+    changed = os.stat(str(work / 'api-key')).st_mtime
+    serve(work, sync, 's', 'http://node1:30000', '11', start=int(changed) - 100)        # the deploy's: it rolls it
+    serve(work, sync, 's-2', 'http://node2:30000', '12', start=int(changed) - 100)
+    serve(work, sync, 's-3', 'http://node4:30000', '13', start=int(changed) + 1)
+    assert scaler.round(0.0, sync, lambda url: 0) is None
+    assert not (work / 'replicas' / 's-2.url').exists() and (work / 'replicas' / 's-3.url').exists()
+    assert (work / 'replicas' / 's.url').exists() and list(scaler.leaving) == ['s-2']
+    assert 'down: s-2 (job 12) leaves the router, then ends (it started before its script or the key last changed' in said[-1]
+
+
+def test_a_coming_replica_that_does_not_serve_in_time_is_cancelled(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=0, cooldown=10, coming_timeout=300)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(0.0, sync, lambda url: 20) == glm_scale.UP
+    assert scaler.round(300.0, sync, lambda url: 20) is None
+    assert scaler.slurm.calls[-1] == ('scancel', '101') and not scaler.coming
+    assert 's-2 (job 101) did not serve within 300 s: cancelled; no new replica for 20 s' in said[-1]
+
+
+def test_a_new_router_cancels_what_the_last_one_took_out_and_left(tmp_path):
+    scaler, work, said = make(tmp_path)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    (work / 'scale.log').write_text(
+        '1 t down: s-3 (job 13) leaves the router, then ends (x)\n1 t down: s-3 drained in 6 s; cancelled job 13\n'
+        '2 t down: s-2 (job 12) leaves the router, then ends (x)\n')
+    (work / '.s-2-12.successor').write_text('15\n')
+    scaler.round(0.0, sync, lambda url: 0)
+    assert scaler.slurm.calls == [('scancel', '12', '15')]
+    assert 'down: s-2 drained (it left the router under an earlier router job); cancelled job 12 and 15' in said[-1]
+    scaler.round(5.0, sync, lambda url: 0)
+    assert scaler.slurm.calls == [('scancel', '12', '15')]                     # once
+
+
+def test_the_settings_are_read_again_when_their_file_changes(tmp_path):
+    scaler, work, said = make(tmp_path)
+    path = work / 'scale.json'
+    data = {k: getattr(scaler.cfg, k) for k in glm_scale.Config.FIELDS}
+    data.update(most=2, target=5, replicas=[['s', 'c1'], ['s-2', 'c2']])
+    path.write_text(json.dumps(data))
+    scaler.path = str(path)
+    scaler.refresh()
+    assert (scaler.policy.most, scaler.policy.target, scaler.plan) == (2, 5.0, [('s', 'c1'), ('s-2', 'c2')])
+    path.write_text('{"most": ')                                               # a broken file keeps the last settings
+    os.utime(str(path), (1, 1))
+    scaler.refresh()
+    assert scaler.policy.most == 2 and 'scale settings read again: 1 to 2 replicas' in said[-1]
+
+
+def test_a_replica_whose_file_is_there_but_not_healthy_yet_is_still_coming(tmp_path):
+    scaler, work, said = make(tmp_path, up_after=0, cooldown=0)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(0.0, sync, lambda url: 50) == glm_scale.UP
+    (work / 'replicas' / 's-2.url').write_text('http://node2:30000\n101\n')  # the router has not taken it yet
+    assert [scaler.round(t, sync, lambda url: 50) for t in (5.0, 60.0)] == [None, None]
+    assert [c[0] for c in scaler.slurm.calls] == ['squeue --name', 'sbatch'] and 'joined the router' in said[-1]
+    # a file left by a replica whose node died holds no decision past the grace
+    assert scaler.round(126.0, sync, lambda url: 50) == glm_scale.UP and 's-3' in said[-1]
