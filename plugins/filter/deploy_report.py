@@ -31,6 +31,8 @@ def router_lines(result):
         text(result.get('job_id')), text(result.get('node') or '?'), text(result.get('policy')), text(result.get('base_url')))]
     if result.get('teams_line'):
         lines.append(result['teams_line'])
+    if result.get('scale_line'):
+        lines.append(result['scale_line'])
     return lines + [text(replica.get('line')) for replica in result.get('replicas') or []]
 
 

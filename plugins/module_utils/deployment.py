@@ -112,8 +112,8 @@ def read_handovers(path):
 
 def read_scale_log(path, keep=5):
     """The autoscaler's decisions (the layout's scale log, a line each: EPOCH ISO-TIME WHAT: WHY): {'count', 'last'
-    (the KEEP newest, oldest first: {'time', 'line'})}; None when the file is not there (no autoscaling, or nothing
-    decided yet)."""
+    (the KEEP newest, oldest first: {'time', 'line'}), 'zero_since' (scale to zero: when the last replica left, None
+    while one serves or comes)}; None when the file is not there (no autoscaling, or nothing decided yet)."""
     try:
         with open(path) as handle:
             text = handle.read()
@@ -121,7 +121,14 @@ def read_scale_log(path, keep=5):
         return None
     entries = [line.split(' ', 2) for line in text.splitlines()]
     entries = [{'time': e[1], 'line': e[2]} for e in entries if len(e) == 3 and e[0].isdigit()]
-    return {'count': len(entries), 'last': entries[-keep:]}
+    # scale to zero: the time its last replica drained, unless a replica was submitted or adopted after it
+    zero = None
+    for entry in entries:
+        if entry['line'].startswith('zero:'):
+            zero = entry['time']
+        elif entry['line'].startswith('up: ') and (' submitted as job ' in entry['line'] or ' already queued' in entry['line']):
+            zero = None
+    return {'count': len(entries), 'last': entries[-keep:], 'zero_since': zero}
 
 
 def successors(jobs):

@@ -89,7 +89,11 @@ def scaling_lines(info):
     if not scaling or not scaling.get('last'):
         return []
     last = scaling['last'][-1]
-    return ['autoscaling: %d events (decisions and their outcomes); the last, %s: %s' % (scaling['count'], last['time'], last['line'])]
+    # the scale log's last word, unless replicas of the deployment run (a deploy of server_replicas >= 1 since)
+    zero = ['scaled to zero since %s: no replica runs; the next request starts one and waits for it' % scaling['zero_since']
+            ] if scaling.get('zero_since') and not info.get('replicas') else []
+    return zero + ['autoscaling: %d events (decisions and their outcomes); the last, %s: %s' % (
+        scaling['count'], last['time'], last['line'])]
 
 
 def every(seconds):

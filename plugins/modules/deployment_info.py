@@ -146,7 +146,8 @@ handovers:
 scaling:
   description:
     - The autoscaler's decisions (C(server_replicas_max)), from the work dir's C(layout.files.scale_log); None when
-      there is none. C(count), C(last) (the five newest, oldest first - C(time), C(line), what was decided and why).
+      there is none. C(count), C(last) (the five newest, oldest first - C(time), C(line), what was decided and why),
+      C(zero_since) (C(server_replicas=0) - when the last replica left, None while one serves or comes).
   returned: always
   type: dict
 successors:

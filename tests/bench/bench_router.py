@@ -19,6 +19,11 @@ requests interleaved over all of them in one run (default: the one in .venv-rout
 --tls: each gateway also a second time with HTTPS (router_tls_cert/router_tls_key: a self-signed certificate made
 with openssl at the start), its requests over one keep-alive TLS connection (the handshake once, in the warm-up).
 
+--hold: each gateway also a second time behind the hold of scale to zero (the launcher's --scale-config with least 0
+and --hold: roles/router/files/glm_hold.py on the public port, the gateway on a loopback port behind it; replicas
+serving, so every request is relayed as bytes), label+hold; and a throughput figure: --concurrency clients at once,
+each over its own keep-alive connection, chat requests a second through the gateway alone and behind the hold.
+
 --proxy: each gateway also a second time behind LiteLLM's proxy (router_proxy=litellm, the role's default: the
 launcher's --proxy litellm, the gateway on a loopback port behind it, the key checked against a registry), label+proxy.
 
@@ -75,6 +80,45 @@ def figures(samples):
             'mean': round(statistics.mean(ordered), 2), 'n': len(ordered)}
 
 
+def scale_config(tmp, label, folder):
+    """The autoscaler's settings of a launcher with the hold: least 0 (the hold), two replicas, and windows that never
+    end within a run (no decision: the replicas are the bench's own)."""
+    path = tmp / ('scale-%s.json' % label)
+    path.write_text(json.dumps({
+        'least': 0, 'most': 2, 'target': 1000, 'up_after': 36000, 'down_after': 36000, 'cooldown': 36000,
+        'coming_timeout': 36000, 'script': str(tmp / 'serve.sbatch'), 'sbatch_args': [], 'bad_nodes_file': '',
+        'bad_node_ttl': 1, 'umask': '0077', 'replicas': [['r0', 'c:replica:1'], ['r1', 'c:replica:2']],
+        'log': str(tmp / ('scale-%s.log' % label)), 'service_end': str(tmp / 'service-end'), 'hold': 60}))
+    return path
+
+
+def throughput(connect, clients, each):
+    """(chat requests a second, latency figures) of CLIENTS threads at once, EACH requests each, each thread over its
+    own keep-alive connection (CONNECT())."""
+    import threading  # pylint: disable=import-outside-toplevel
+    samples, errors = [], []
+
+    def client():
+        conn = connect()
+        try:
+            for _i in range(each):
+                samples.append(timed(conn, 'POST', '/v1/chat/completions', CHAT))
+        except BaseException as error:  # pylint: disable=broad-except
+            errors.append(error)
+        finally:
+            conn.close()
+    threads = [threading.Thread(target=client) for _c in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    took = time.perf_counter() - started
+    if errors:
+        raise SystemExit('throughput: %s' % errors[0])
+    return len(samples) / took, figures(samples)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
     parser.add_argument('--requests', type=int, default=300, help='requests of each kind to each target (default 300)')
@@ -83,6 +127,8 @@ def main():
                         help='a gateway to measure (repeatable; default: smg=.venv-router/bin/python)')
     parser.add_argument('--tls', action='store_true', help='each gateway also with HTTPS (label+tls), side by side')
     parser.add_argument('--proxy', action='store_true', help="each gateway also behind LiteLLM's proxy (label+proxy)")
+    parser.add_argument('--hold', action='store_true', help='each gateway also behind the hold of scale to zero (label+hold)')
+    parser.add_argument('--concurrency', type=int, default=16, help='clients at once for the throughput figure (--hold)')
     opts = parser.parse_args()
     routers = [r.split('=', 1) for r in (opts.router or ['smg=' + ROUTER_PYTHON])]
     for _label, python in routers:
@@ -102,6 +148,7 @@ def main():
     runs = [(label, python, False) for label, python in routers] + [(label + '+tls', python, True) for label, python in routers
                                                                     if opts.tls]
     runs += [(label + '+proxy', python, False) for label, python in routers if opts.proxy]
+    runs += [(label + '+hold', python, False) for label, python in routers if opts.hold]
     registry = tmp / 'gateway-keys.json'
     write_registry(registry, {'default': team(KEY)})
     for label, python, tls in runs:
@@ -110,6 +157,8 @@ def main():
         port = free_port()
         proxied = ['--proxy', 'litellm', '--gateway-keys', str(registry), '--usage-file', str(tmp / ('usage-' + label)),
                    '--gateway-config', str(tmp / ('gateway-config-%s.json' % label))] if label.endswith('+proxy') else []
+        if label.endswith('+hold'):
+            proxied = ['--scale-config', str(scale_config(tmp, label, folder)), '--hold']
         started.append((label, port, folder, subprocess.Popen(
             [python, LAUNCHER, '--key-file', str(key_file), '--replicas-dir', str(folder),
              '--endpoint-file', str(tmp / ('endpoint-' + label)), '--workers-file', str(tmp / ('workers-' + label)),
@@ -130,7 +179,7 @@ def main():
                 (folder / ('r%d.url' % index)).write_text(server.url + '\n')
 
         def both_in(label, port):
-            if label.endswith('+tls') or label.endswith('+proxy'):   # its launcher's workers file (HTTPS, or behind the proxy)
+            if label.endswith(('+tls', '+proxy', '+hold')):   # its launcher's workers file (HTTPS, behind the proxy or hold)
                 path = tmp / ('workers-' + label)
                 return path.exists() and len([w for w in json.loads(path.read_text())['workers'] if w['healthy']]) == 2
             status, body = request("GET", 'http://127.0.0.1:%d/workers' % port, key=KEY)
@@ -159,6 +208,17 @@ def main():
                 r = result[label + '_' + kind]
                 print('| %s | %s | %.2f ms | %.2f ms | %+.2f ms | %.2f ms | %.2f ms | %+.2f ms |' % (
                     name, label, d['p50'], r['p50'], r['p50'] - d['p50'], d['p99'], r['p99'], r['p99'] - d['p99']))
+        if opts.hold:
+            print('\n## Throughput: %d clients at once, each over its own keep-alive connection, POST /v1/chat/completions, '
+                  '%d requests each, one target after the other' % (opts.concurrency, opts.requests // 4))
+            print('| target | requests/s | p50 | p99 |')
+            print('|---|---|---|---|')
+            for label, port, _folder, _proc in started:
+                if label.endswith(('+tls', '+proxy')):
+                    continue
+                rate, lat = throughput(lambda port=port, label=label: connect(label, port), opts.concurrency, opts.requests // 4)
+                result['throughput_' + label] = {'rps': rate, 'latency': lat}
+                print('| %s | %.0f | %.2f ms | %.2f ms |' % (label, rate, lat['p50'], lat['p99']))
         if opts.json:
             with open(opts.json, 'w') as handle:
                 json.dump(result, handle, indent=1)

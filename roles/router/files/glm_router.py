@@ -409,14 +409,21 @@ def parse_options(argv):
 
 
 def scale_options(parser):
-    """The autoscaler's option (glm_scale.py; server_replicas_max): its settings file, written by the router role."""
+    """The autoscaler's options (glm_scale.py; server_replicas_max): its settings file, written by the router role,
+    and the hold's bound (glm_hold.py; server_replicas=0, scale to zero)."""
     parser.add_argument('--scale-config', default=None,
                         help="the autoscaler's settings (JSON, read again when it changes); none: no autoscaling")
+    parser.add_argument('--hold', action='store_true',
+                        help="scale to zero: the hold keeps the public port, and a request that comes while no replica "
+                             "serves waits for the first one, at most the settings' hold seconds (then 503)")
 
 
 def make_scaler(opts):
     """The autoscaler (glm_scale.Scaler, beside this file) when --scale-config is given, else None. Settings that
-    cannot be read are said, and the router serves the replicas it has without it."""
+    cannot be read are said, and the router serves the replicas it has without it. Sets opts.hold to the hold's bound
+    (--hold, scale to zero: the settings' hold seconds), 0 without the autoscaler that wakes the service (the router
+    then takes the port itself)."""
+    hold, opts.hold = opts.hold, 0
     if not opts.scale_config:
         return None
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -431,16 +438,56 @@ def make_scaler(opts):
         '%d s between decisions (%s, read again when it changes)' % (
             cfg.least, cfg.most, cfg.target, cfg.up_after, cfg.down_after, cfg.cooldown, opts.scale_config))
     slurm = glm_scale.Slurm(os.path.dirname(cfg.script), int(cfg.umask, 8))
+    opts.hold = cfg.hold if hold else 0
     return glm_scale.Scaler(cfg, policy, slurm, log, opts.scale_config, mtime)
 
 
-def scale_round(scaler, sync):
-    """One round of the autoscaler, after the replicas were kept in step; a bad round must not end the job."""
+def scale_round(scaler, sync, hold=None):
+    """One round of the autoscaler, after the replicas were kept in step; a bad round must not end the job. HOLD
+    (scale to zero): the requests it keeps while no replica serves count as the load that wakes the service."""
     try:
         scaler.refresh()
-        scaler.round(time.monotonic(), sync, busy_requests)
+        if hold is not None:
+            hold.bound = scaler.cfg.hold or hold.bound
+        scaler.round(time.monotonic(), sync, busy_requests, hold.take_demand() if hold else 0,
+                     hold.take_traffic() if hold else False)
     except Exception as error:  # pylint: disable=broad-except
         log('autoscaling failed this round (%s: %s); trying again' % (type(error).__name__, error))
+
+
+def serving_now(sync):
+    """For the hold: the replicas the router has healthy this round whose address file is still there (not taken
+    out); 0 only once no replica has a file (the last one left or ended); None when this round does not tell (the
+    router did not answer, or the replicas there are not healthy in it yet, or not this round): the hold keeps its
+    state, so that one bad round does not send requests to a router with no worker, nor hold them needlessly."""
+    if sync.current is None:
+        return None
+    wanted = replica_urls(sync.folder)
+    healthy = sum(1 for url in wanted if (sync.current.get(url) or {}).get('is_healthy'))
+    return healthy if healthy or not wanted else None
+
+
+def start_hold(opts, public, front, key):
+    """The hold (glm_hold.py, beside this file; --hold) on the router's PUBLIC (host, port, cert, key), in front of
+    FRONT (the gateway, or LiteLLM's proxy, on this node's loopback); started, or SystemExit when it cannot bind.
+    KEY: the one the gateway asks for, with which the hold lists the model while no replica serves (none behind
+    LiteLLM's proxy: the teams' keys are the proxy's)."""
+    import glm_hold  # pylint: disable=import-error,import-outside-toplevel
+    host, port, tls_cert, tls_key = public
+    upstream = urllib.parse.urlsplit(front)
+    log('starting the hold on %s:%d%s in front of %s: a request that comes while no replica serves waits at most '
+        '%d s for the first one' % (host, port, ' (HTTPS)' if tls_cert else '', front, opts.hold))
+    try:
+        proxied = opts.proxy == 'litellm'
+        check = None
+        if proxied:         # the teams' keys: the proxy's registry (SHA-256 hashes), read again when it changes
+            import glm_gateway  # pylint: disable=import-error,import-outside-toplevel
+            check = glm_gateway.shared_registry(opts.gateway_keys).lookup
+        return glm_hold.Hold(host, port, (upstream.hostname, upstream.port), opts.hold, log,
+                             tls=(tls_cert, tls_key) if tls_cert else None, model=opts.model,
+                             key=None if proxied else key, check=check).start()
+    except (OSError, ValueError, ssl.SSLError) as error:
+        raise SystemExit('%s the hold cannot serve %s:%d: %s' % (LOG_PREFIX, host, port, error))
 
 
 def free_loopback_port():
@@ -587,17 +634,19 @@ def start_children(opts, router_argv, key, children, stopping):
     """The gateway, and the proxy in front of it (--proxy litellm), their pids added to CHILDREN as they start; a
     signal that came before (in STOPPING) passed on to them. (gateway pid, its URL, certificate, pin, the proxy's
     Popen or None, the URL the endpoint's readiness is asked at)."""
-    proxied = opts.proxy == 'litellm'
-    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied)
+    proxied, held = opts.proxy == 'litellm', bool(opts.hold)
+    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied or held)
     children.append(child)
     proxy, front = (None, base)
     if proxied and not stopping:
-        proxy, front = start_proxy(opts, key, base, public)
+        # behind the hold (scale to zero), the proxy too is on the loopback, plain HTTP: the hold serves the public port
+        proxy, front = start_proxy(opts, key, base, ('127.0.0.1', free_loopback_port(), None, None) if held else public)
         children.append(proxy.pid)
     for signum in stopping[:1]:                 # it came before a child was there to get it
         for pid in children:
             os.kill(pid, signum)
-    return child, base, tls_cert, pin, proxy, front
+    hold = start_hold(opts, public, front, key) if held and not stopping else None
+    return child, base, tls_cert, pin, proxy, front, hold
 
 
 def main(argv=None):
@@ -615,9 +664,10 @@ def main(argv=None):
     # the handlers first: a scancel while the children start is passed on to those started (the list grows)
     children = []
     stopping = forward_signals(children)
-    child, base, tls_cert, pin, proxy, front = start_children(opts, router_argv, key, children, stopping)
-    # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy, or its own port
-    sync = Sync(base, key, opts.replicas_dir, None, opts.drain_timeout, None if proxied else pin)
+    child, base, tls_cert, pin, proxy, front, turn.hold = start_children(opts, router_argv, key, children, stopping)
+    # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy (or the hold), or its
+    # own port
+    sync = Sync(base, key, opts.replicas_dir, None, opts.drain_timeout, None if proxied or opts.hold else pin)
     ready = '/health/liveliness' if proxied else '/liveness'    # LiteLLM's spelling (proxy/health_endpoints)
     url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
     live, said = False, None
@@ -625,7 +675,7 @@ def main(argv=None):
         ended = children_ended(child, proxy, stopping, turn.workers_file())
         if ended is not None:
             return ended
-        answer = http('GET', front + ready, pin=pin) if not live else (None, None)
+        answer = http('GET', front + ready, pin=None if opts.hold else pin) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
             said = answer[1]                    # a TLS failure says so once, instead of waiting in silence
             log('the router does not answer over HTTPS yet: %s' % said)
@@ -637,7 +687,18 @@ def main(argv=None):
         ended = live_round(turn, sync, (url, tls_cert, pin), children, stopping) if live and not stopping else None
         if ended is not None:
             return ended
-        time.sleep(opts.sync_interval if live else 0.5)
+        pause(turn, live)
+
+
+def pause(turn, live):
+    """The wait between two rounds: --sync-interval once the router answers (half a second before); with the hold,
+    less when a request comes while none serves (the autoscaler acts at once), and a second while requests are held
+    (they go on at the round that finds a replica healthy)."""
+    interval = turn.opts.sync_interval if live else 0.5
+    if turn.hold is None:
+        time.sleep(interval)
+    else:
+        turn.hold.wait(1.0 if live and turn.hold.held else interval)
 
 
 def children_ended(child, proxy, stopping, workers_file):
@@ -679,6 +740,7 @@ class Turn(object):
         self.said_waiting = False
         self.unanswered = 0     # rounds in a row in which the router serving the endpoint did not answer
         self.scaler = None      # the autoscaler (--scale-config), which acts only while this router serves the endpoint
+        self.hold = None        # the hold in front of the router (--hold: scale to zero), glm_hold.Hold
 
     def may_take(self, sync, pin=None):
         """True once this router may take the endpoint: at once unless it is a successor. A successor takes it once
@@ -760,7 +822,10 @@ def live_round(turn, sync, endpoint, children, stopping):
         return hand_over(turn, sync, children, stopping)
     sync_round(sync)
     if turn.owner and turn.scaler is not None:
-        scale_round(turn.scaler, sync)
+        scale_round(turn.scaler, sync, turn.hold)
+    serving = serving_now(sync) if turn.hold is not None else None
+    if serving is not None:
+        turn.hold.set_serving(serving)
     return end_of_service(children, turn) if turn.service_ended() else None
 
 
@@ -774,7 +839,11 @@ def stop_children(children, timeout):
 def end_of_service(children, turn):
     """The service has ended (teardown): the children stop as a scancel would, the front one first; the job ends 0."""
     log('the service has ended (teardown, %s): the router stops' % turn.opts.service_end)
+    if turn.hold is not None:
+        turn.hold.stop()
     stop_children(children, turn.opts.drain_timeout)
+    if turn.hold is not None:
+        turn.hold.stop(timeout=10.0)          # the last bytes of what the router answered
     return router_exited(0, turn.workers_file())
 
 
@@ -802,7 +871,11 @@ def hand_over(turn, sync, children, stopping=()):
         time.sleep(turn.opts.sync_interval)
         sync_round(sync)
     since = time.monotonic()
+    if turn.hold is not None:
+        turn.hold.stop()
     stop_children(children, turn.opts.drain_timeout)
+    if turn.hold is not None:
+        turn.hold.stop(timeout=10.0)          # the last bytes of what the router answered
     log('handed over to job %s: stopped after %d s' % (other, time.monotonic() - since))
     return 0
 

@@ -65,8 +65,8 @@ class Policy(object):
     """The decision over time: ``decide`` is given each round's figures and says UP, DOWN or None, with why."""
 
     def __init__(self, least, most, target, up_after=60.0, down_after=900.0, cooldown=None):
-        if not 1 <= least <= most:
-            raise ValueError('the replicas must be 1 <= least (%s) <= most (%s)' % (least, most))
+        if not 0 <= least <= most or most < 1:
+            raise ValueError('the replicas must be 0 <= least (%s) <= most (%s), most 1 or more' % (least, most))
         if target <= 0:
             raise ValueError('the target load per replica must be above 0, not %s' % target)
         self.least, self.most, self.target = int(least), int(most), float(target)
@@ -75,11 +75,16 @@ class Policy(object):
         self.above_since = None     # when the load per replica went above the target (this streak)
         self.below_since = None     # when the load began to fit in one replica fewer at half the target
         self.last = None            # when the last decision was made
+        self.last_decision = None   # and which (UP or DOWN)
         self.hold_until = None      # a replica failed before it served: no submission before then
 
-    def decide(self, now, load, serving, coming):
+    def decide(self, now, load, serving, coming, waiting=0, active=False):
         """(UP, DOWN or None, the reason) for this round: LOAD the running + waiting requests of the service (None:
-        not known this round), SERVING the replicas that serve, COMING those submitted or leaving, not settled yet."""
+        not known this round), SERVING the replicas that serve, COMING those submitted or leaving, not settled yet,
+        WAITING the requests the hold keeps (or that came to it since the last round) while none serves (least 0),
+        ACTIVE whether the hold saw work come through since the last round (the gauges miss short requests)."""
+        if serving < 1 and self.least == 0:
+            return self._wake(now, waiting, coming)
         if serving < 1 or load is None:
             self.above_since = self.below_since = None
             return None, 'no replica serves' if serving < 1 else 'the load is not known this round'
@@ -89,7 +94,9 @@ class Policy(object):
             return None, '%d replica(s) coming or leaving' % coming
         per = float(load) / serving
         self.above_since = (self.above_since if self.above_since is not None else now) if per > self.target else None
-        fits = serving > 1 and load <= self.target * (serving - 1) * 0.5
+        # one fewer at half the target; from one replica to none (least 0): no request at all
+        fits = (serving > 1 and load <= self.target * (serving - 1) * 0.5
+                or serving == 1 and load == 0 and not waiting and not active)
         self.below_since = (self.below_since if self.below_since is not None else now) if fits else None
         held = self._held(now, serving)
         if held:
@@ -100,13 +107,32 @@ class Policy(object):
             return self._made(now, UP, '%.1f requests per replica for %d s, above the target %g (%d serve, at most %d)' % (
                 per, now - self.above_since, self.target, serving, self.most))
         if self.below_since is not None and now - self.below_since >= self.down_after and serving > self.least:
+            if serving == 1:
+                return self._made(now, DOWN, 'no request for %d s: the service goes to zero' % (now - self.below_since))
             return self._made(now, DOWN, '%d requests would fit in %d replica%s at half the target %g, for %d s' % (
                 load, serving - 1, '' if serving == 2 else 's', self.target, now - self.below_since))
         return None, '%.1f requests per replica (target %g), %d serve' % (per, self.target, serving)
 
+    def _wake(self, now, waiting, coming):
+        """No replica serves and the floor is zero: the first replica once a request waits (the hold keeps it), one
+        decision, not two (a replica coming counts), and not within the cool-down or a failure's hold."""
+        self.above_since = self.below_since = None
+        if not waiting:
+            return None, 'no replica serves, and no request waits (scaled to zero)'
+        if coming:
+            return None, '%d request(s) wait for the replica that is coming' % waiting
+        # the cool-down keeps decisions apart while replicas serve; the way back from zero pays none (a request that
+        # comes a minute after the service went to zero would wait the cool-down on top of the cold start)
+        if self.last is not None and now - self.last < self.cooldown and self.last_decision != DOWN:
+            return None, '%d request(s) wait; cooling down (%d s of %d since the last decision)' % (
+                waiting, now - self.last, self.cooldown)
+        if self.hold_until is not None and now < self.hold_until:
+            return None, 'a replica failed before it served: no new one for %d s more' % (self.hold_until - now)
+        return self._made(now, UP, '%d request(s) came while no replica serves (scaled to zero)' % waiting)
+
     def reconfigure(self, cfg):
         """New bounds, target and windows (the settings changed), the current streaks and cool-down kept."""
-        if not 1 <= cfg.least <= cfg.most or cfg.target <= 0:
+        if not 0 <= cfg.least <= cfg.most or cfg.most < 1 or cfg.target <= 0:
             return
         self.least, self.most, self.target = int(cfg.least), int(cfg.most), float(cfg.target)
         self.up_after, self.down_after, self.cooldown = float(cfg.up_after), float(cfg.down_after), float(cfg.cooldown)
@@ -124,7 +150,7 @@ class Policy(object):
         return None
 
     def _made(self, now, decision, reason):
-        self.last, self.above_since, self.below_since = now, None, None
+        self.last, self.last_decision, self.above_since, self.below_since = now, decision, None, None
         return decision, reason
 
 
@@ -209,14 +235,17 @@ class Slurm(object):
                          universal_newlines=True, timeout=60, check=False, preexec_fn=lambda: os.umask(umask))
         return proc.returncode, proc.stdout or '', proc.stderr or ''
 
-    def live(self, name, comment):
-        """The ids of the user's live jobs named NAME with the Slurm COMMENT (the deployment's: another deployment may
-        have a job of that name), oldest first (one squeue); None when squeue failed."""
-        rc, out, _err = self._call(['squeue', '--noheader', '--me', '--name=' + name, '--sort=i', '--format=%i|%T|%k'])
+    def live(self, wanted):
+        """{name: the ids of the user's live jobs of that name with its Slurm comment, oldest first} for WANTED
+        ({name: comment}: the deployment's; another deployment may have a job of that name), in one squeue; None
+        when squeue failed."""
+        rc, out, _err = self._call(['squeue', '--noheader', '--me', '--name=' + ','.join(sorted(wanted)), '--sort=i',
+                                    '--format=%i|%T|%j|%k'])
         if rc != 0:
             return None
-        rows = [line.strip().split('|', 2) for line in out.splitlines()]
-        return [r[0] for r in rows if len(r) == 3 and r[1] in LIVE and r[2] == comment]
+        rows = [line.strip().split('|', 3) for line in out.splitlines()]
+        return dict((name, [r[0] for r in rows if len(r) == 4 and r[1] in LIVE and r[2] == name and r[3] == comment])
+                    for name, comment in wanted.items())
 
     def alive(self, job_id):
         """Whether job JOB_ID still lives (one squeue); None when squeue failed."""
@@ -246,12 +275,19 @@ class Config(object):
               'script': str, 'sbatch_args': list, 'bad_nodes_file': str, 'bad_node_ttl': float, 'umask': str,
               'replicas': list, 'log': str, 'service_end': str, 'coming_timeout': float}
 
+    #: Settings a file of an earlier release may lack: the download job's [name, comment], which a replica of the
+    #: autoscaler's waits for while it is live (scale to zero: no replica of the deploy's waits for it), and the
+    #: hold's bound.
+    OPTIONAL = {'download': (list, []), 'hold': (float, 0.0)}
+
     def __init__(self, data, replicas_dir, key_file):
         missing = [k for k in self.FIELDS if k not in data]
         if missing:
             raise ValueError('the autoscaler\'s settings lack %s' % ', '.join(missing))
         for key, kind in self.FIELDS.items():
             setattr(self, key, kind(data[key]))
+        for key, (kind, default) in self.OPTIONAL.items():
+            setattr(self, key, kind(data.get(key, default)))
         self.replicas = [tuple(r) for r in self.replicas]
         if any(len(r) != 2 for r in self.replicas) or len(self.replicas) != self.most or not self.script:
             raise ValueError('the autoscaler\'s settings need the script and a [name, comment] per replica, 1 .. most')
@@ -284,6 +320,7 @@ class Scaler(object):
         self.failures = 0                # replicas in a row that ended before they served
         self.joined = {}                 # name -> when its address file appeared (it joins the router after)
         self.recovered = False
+        self.at_zero = False             # the last round found the service at zero replicas (least 0)
 
     @property
     def plan(self):
@@ -306,9 +343,11 @@ class Scaler(object):
         self.slurm.work_dir, self.slurm.umask = os.path.dirname(cfg.script), int(cfg.umask, 8)
         self.say('scale settings read again: %d to %d replicas, %g requests per replica' % (cfg.least, cfg.most, cfg.target))
 
-    def round(self, now, sync, busy):
+    def round(self, now, sync, busy, waiting=0, active=False):
         """One round: SYNC (the Sync of glm_router.py, its ``current`` workers of this round), BUSY (a replica URL ->
-        its running + queued requests, or None when it does not say). The decision made, or None."""
+        its running + queued requests, or None when it does not say), WAITING (the requests the hold keeps while no
+        replica serves: glm_hold.Hold.take_demand), ACTIVE (the hold saw work since the last round:
+        Hold.take_traffic). The decision made, or None."""
         current = sync.current
         if current is None:
             return None
@@ -319,34 +358,57 @@ class Scaler(object):
         serving = sorted(n for n, (url, _job, _start) in files.items() if (current.get(url) or {}).get('is_healthy'))
         self.settle_coming(now, files)
         self.settle_leaving(now, sync, current)
-        self.retire_stale(now, files)
         load = service_load([files[n][0] for n in serving], busy)
-        # a replica of ours whose file appeared but which the router does not list as healthy yet is still coming (for
-        # JOIN_GRACE s: one whose node died with its file there must not hold every decision)
-        joining = [n for n, t in self.joined.items() if n in files and n not in serving and now - t < JOIN_GRACE]
-        decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving) + len(joining))
+        self.retire_stale(now, files, serving, load)
+        # a replica whose file appeared but which the router does not list as healthy yet is still coming (for
+        # JOIN_GRACE s from when its file was first seen, ours or not: after a router restart too; one whose node died
+        # with its file there must not hold every decision)
+        for name in files:
+            self.joined.setdefault(name, now)
+        for name in [n for n in self.joined if n not in files]:
+            del self.joined[name]
+        joining = [n for n, t in self.joined.items() if n not in serving and now - t < JOIN_GRACE]
+        decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving) + len(joining),
+                                           waiting, active)
         if decision == UP:
-            self.up(now, files, why)
+            self.up(now, files, why, serving)
         elif decision == DOWN:
             self.down(now, files, serving, why)
+        self.note_zero(now, files)
         return decision
 
-    def up(self, now, files, why):
+    def note_zero(self, now, files):
+        """A 'zero:' line in the scale log whenever the service comes to zero replicas (least 0), for whatever
+        reason: the last one scaled away, ended, or failed before it served (the status says "scaled to zero since")."""
+        zero = self.policy.least == 0 and not files and not self.coming and not self.leaving
+        if zero and not self.at_zero:
+            self.record(now, 'zero: no replica serves; the next request starts one (it waits at most %d s)' % self.cfg.hold)
+        self.at_zero = zero
+
+    def up(self, now, files, why, serving=()):
         free = [(n, c) for n, c in self.plan[self.policy.least:] if n not in files and n not in self.coming
                 and n not in self.leaving]
+        if not free:
+            free = self.left_behind(now, files, serving)
         if not free:
             return self.record(now, 'up: no free replica name (%s)' % why)
         name, comment = free[0]
         if self.ended():
             return self.record(now, 'up: %s not submitted, the service ends (teardown, %s)' % (name, self.cfg.service_end))
-        live = self.slurm.live(name, comment)
-        if live is None:
+        # one squeue for a job of that name already queued, and for the deploy's download, which a new replica waits
+        # for while it is live (scale to zero: no replica of the deploy's waits for it)
+        download = dict([self.cfg.download]) if len(self.cfg.download) == 2 else {}
+        found = self.slurm.live(dict(download, **{name: comment}))
+        if found is None:
             return self.record(now, 'up: %s not submitted, squeue did not answer (%s)' % (name, why))
+        live = found[name]
         if live:
             self.coming[name] = [live[-1], now, now]
             return self.record(now, 'up: %s, job %s already queued, counted as coming (%s)' % (name, live[-1], why))
         bad = fresh_bad_nodes(self.cfg.bad_nodes_file, self.cfg.bad_node_ttl) if self.cfg.bad_nodes_file else []
-        job_id, said = self.slurm.submit(name, comment, self.cfg.script, avoiding(self.cfg.sbatch_args, bad))
+        waits = [j for n in download for j in found.get(n, [])][-1:]
+        args = avoiding(self.cfg.sbatch_args, bad) + ['--dependency=afterok:' + j for j in waits]
+        job_id, said = self.slurm.submit(name, comment, self.cfg.script, args)
         if job_id is None:
             self.failures += 1
             self.policy.failed(now, self.failures)
@@ -355,8 +417,22 @@ class Scaler(object):
             self.slurm.cancel([job_id])
             return self.record(now, 'up: %s (job %s) cancelled at once, the service ends (teardown)' % (name, job_id))
         self.coming[name] = [job_id, now, now]
-        return self.record(now, 'up: %s submitted as job %s%s (%s)' % (
-            name, job_id, ', avoiding ' + ','.join(bad) if bad else '', why))
+        return self.record(now, 'up: %s submitted as job %s%s%s (%s)' % (
+            name, job_id, ', avoiding ' + ','.join(bad) if bad else '',
+            ', after the download (job %s)' % waits[0] if waits else '', why))
+
+    def left_behind(self, now, files, serving):
+        """[(name, comment)] of the first replica of the autoscaler's whose address file is there but which has not
+        served for JOIN_GRACE s and whose job has ended (its node failed before the job could remove the file): the
+        file removed, the name free again (one squeue), else []."""
+        for name, comment in self.plan[self.policy.least:]:
+            if name not in files or name in serving or name in self.leaving or now - self.joined.get(name, now) < JOIN_GRACE:
+                continue
+            job_id = files[name][1]
+            if job_id and self.slurm.alive(job_id) is False and self.leave(name) is None:
+                self.record(now, 'up: %s (job %s) has ended with its address file left: the file removed' % (name, job_id))
+                return [(name, comment)]
+        return []
 
     def down(self, now, files, serving, why):
         ours = [n for n, _c in self.plan[self.policy.least:] if n in serving]
@@ -373,16 +449,24 @@ class Scaler(object):
         self.leaving[name] = [url, job_id, now, 0]
         return self.record(now, 'down: %s (job %s) leaves the router, then ends (%s)' % (name, job_id or '?', why))
 
-    def retire_stale(self, now, files):
+    def retire_stale(self, now, files, serving=(), load=None):
         """A replica of the autoscaler's that started before its script or the key last changed (a deploy rotated the
         key or changed a setting: the deploy rolls its own replicas, not these) leaves and ends; the load brings a
-        new one if it is needed."""
+        new one if it is needed. One at a time, and not the last one serving while requests run (least 0: every
+        replica is the autoscaler's; it leaves once the service is idle, or once another one serves)."""
         changed = max([0.0] + [os.stat(p).st_mtime for p in (self.cfg.script, self.cfg.key_file) if p and os.path.exists(p)])
+        if any(entry for entry in self.leaving.values()):
+            return
+        staying = [n for n in serving if n not in self.leaving]
         for name, _comment in self.plan[self.policy.least:]:
             start = files.get(name, (None, None, None))[2]
-            if start is not None and name not in self.leaving and start + STALE_MARGIN < changed:
-                self.take_out(now, name, files, 'it started before its script or the key last changed, %s' %
-                              time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(changed)))
+            if start is None or name in self.leaving or start + STALE_MARGIN >= changed:
+                continue
+            if name in staying and len(staying) == 1 and load:
+                continue
+            self.take_out(now, name, files, 'it started before its script or the key last changed, %s' %
+                          time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(changed)))
+            return
 
     def settle_coming(self, now, files):
         """A coming replica serves once its address file is there; one whose job ended before, or that did not serve

@@ -140,7 +140,7 @@ def test_a_failed_scale_round_is_logged_and_the_job_goes_on(capsys):
         def refresh(self):
             pass
 
-        def round(self, now, sync, busy):
+        def round(self, now, sync, busy, waiting=0, active=False):
             raise OSError('sbatch hung')
     glm_router.scale_round(Broken(), None)
     assert 'autoscaling failed this round (OSError: sbatch hung); trying again' in capsys.readouterr().out

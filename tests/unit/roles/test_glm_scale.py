@@ -79,7 +79,7 @@ def test_nothing_before_the_deploys_replicas_serve_and_nothing_without_a_replica
     assert policy.decide(0.0, 40, 0, 0) == (None, 'no replica serves')
 
 
-@pytest.mark.parametrize('least, most, target', [(0, 2, 8), (3, 2, 8), (1, 2, 0)])
+@pytest.mark.parametrize('least, most, target', [(-1, 2, 8), (0, 0, 8), (3, 2, 8), (1, 2, 0)])
 def test_bad_bounds_are_refused(least, most, target):
     with pytest.raises(ValueError):
         glm_scale.Policy(least, most, target)
@@ -126,9 +126,9 @@ class FakeSlurm(object):
     def __init__(self):
         self.calls, self.queued, self.ended, self.next_id, self.refuse = [], {}, set(), 100, []
 
-    def live(self, name, comment):
-        self.calls.append(('squeue --name', name))
-        return [j for j, c in self.queued.get(name, []) if c == comment]
+    def live(self, wanted):
+        self.calls.append(('squeue --name', ','.join(sorted(wanted))))
+        return dict((name, [j for j, c in self.queued.get(name, []) if c == comment]) for name, comment in wanted.items())
 
     def alive(self, job_id):
         self.calls.append(('squeue --jobs', job_id))
@@ -346,3 +346,140 @@ def test_a_replica_whose_file_is_there_but_not_healthy_yet_is_still_coming(tmp_p
     assert [c[0] for c in scaler.slurm.calls] == ['squeue --name', 'sbatch'] and 'joined the router' in said[-1]
     # a file left by a replica whose node died holds no decision past the grace
     assert scaler.round(126.0, sync, lambda url: 50) == glm_scale.UP and 's-3' in said[-1]
+
+
+def test_at_zero_a_waiting_request_starts_the_first_replica_at_once():
+    policy = glm_scale.Policy(0, 2, target=8, up_after=60, down_after=900, cooldown=120)
+    assert policy.decide(0.0, None, 0, 0) == (None, 'no replica serves, and no request waits (scaled to zero)')
+    decision, why = policy.decide(5.0, None, 0, 0, waiting=1)
+    assert decision == glm_scale.UP and why == '1 request(s) came while no replica serves (scaled to zero)'
+    # one decision for the need: the replica coming holds the next, however many wait
+    assert policy.decide(10.0, None, 0, 1, waiting=30)[0] is None
+    assert policy.decide(10.0, None, 0, 0, waiting=30)[0] is None        # and the cool-down after the decision
+    assert policy.decide(125.0, None, 0, 0, waiting=30)[0] == glm_scale.UP
+
+
+def test_from_one_to_zero_only_after_no_request_at_all_for_down_after():
+    policy = glm_scale.Policy(0, 2, target=8, up_after=10, down_after=30, cooldown=0)
+    # one request running: it fits in 0 replicas at half the target? no: only an idle service goes to zero
+    assert rounds(policy, [1] * 10) == [None] * 10
+    assert rounds(policy, [0] * 6, start=100.0) == [None] * 6              # 25 s idle
+    assert policy.decide(130.0, 0, 1, 0) == (glm_scale.DOWN, 'no request for 30 s: the service goes to zero')
+    # a request held by the hold counts: not idle
+    policy = glm_scale.Policy(0, 2, target=8, up_after=10, down_after=30, cooldown=0)
+    assert [policy.decide(t, 0, 1, 0, waiting=1)[0] for t in (0.0, 40.0)] == [None, None]
+
+
+def test_a_least_of_one_never_goes_to_zero():
+    policy = glm_scale.Policy(1, 2, target=8, up_after=10, down_after=30, cooldown=0)
+    assert rounds(policy, [0] * 20) == [None] * 20
+
+
+def test_a_replica_added_while_the_download_is_live_waits_for_it_found_in_the_same_squeue(tmp_path):
+    scaler, work, said = make(tmp_path, least=0, most=2, download=['s-download', 'glm.serve:s:download'])
+    scaler.slurm.queued['s-download'] = [('70', 'glm.serve:other:download'), ('77', 'glm.serve:s:download')]
+    assert scaler.round(0.0, Sync(), lambda url: 0, waiting=1) == glm_scale.UP
+    assert scaler.slurm.calls == [('squeue --name', 's,s-download'),
+                                  ('sbatch', 's', 'glm.serve:s:replica:1', str(work / 'serve.sbatch'),
+                                   ('--mem=10G', '--dependency=afterok:77'))]
+    assert 'up: s submitted as job 101, after the download (job 77) (1 request(s) came' in said[-1]
+
+
+def test_slurms_live_reads_one_squeue_of_several_names():
+    calls = []
+
+    class Proc(object):
+        returncode, stderr = 0, ''
+        stdout = ('77|RUNNING|s-download|glm.serve:s:download\n78|PENDING|s|glm.serve:other:replica:1\n'
+                  '79|PENDING|s|glm.serve:s:replica:1\n80|COMPLETED|s|glm.serve:s:replica:1\n')
+
+    def run(argv, **_kw):
+        calls.append(argv)
+        return Proc()
+    slurm = glm_scale.Slurm('/w', run=run, environ={})
+    assert slurm.live({'s': 'glm.serve:s:replica:1', 's-download': 'glm.serve:s:download'}) == {
+        's': ['79'], 's-download': ['77']}
+    assert calls == [['squeue', '--noheader', '--me', '--name=s,s-download', '--sort=i', '--format=%i|%T|%j|%k']]
+
+
+def test_scaler_from_zero_to_one_on_a_waiting_request_and_back_to_zero_when_idle(tmp_path):
+    scaler, work, said = make(tmp_path, least=0, most=2, up_after=10, down_after=30, cooldown=10, hold=300)
+    sync = Sync()
+    assert scaler.round(0.0, sync, lambda url: 0) is None and not scaler.slurm.calls       # idle at zero: nothing
+    assert scaler.round(5.0, sync, lambda url: 0, waiting=2) == glm_scale.UP
+    assert scaler.slurm.calls == [('squeue --name', 's'), ('sbatch', 's', 'glm.serve:s:replica:1', str(work / 'serve.sbatch'),
+                                                           ('--mem=10G',))]
+    assert 'up: s submitted as job 101 (2 request(s) came while no replica serves (scaled to zero))' in said[-1]
+    assert scaler.round(10.0, sync, lambda url: 0, waiting=2) is None                      # coming: no second one
+    serve(work, sync, 's', 'http://node1:30000', '101')
+    busy = {'http://node1:30000': 0}.get
+    assert scaler.round(60.0, sync, busy) is None and 's (job 101) joined the router' in said[-1]
+    assert [scaler.round(t, sync, busy) for t in (65.0, 80.0)] == [None, None]
+    assert scaler.round(95.0, sync, busy) == glm_scale.DOWN
+    assert 'down: s (job 101) leaves the router, then ends (no request for 35 s: the service goes to zero)' in said[-1]
+    del sync.current['http://node1:30000']                  # the router let it go, drained
+    assert scaler.round(100.0, sync, busy) is None
+    assert said[-2] == 'scale down: s drained in 5 s; cancelled job 101'
+    assert said[-1] == 'scale zero: no replica serves; the next request starts one (it waits at most 300 s)'
+    assert (work / 'scale.log').read_text().splitlines()[-1].split(' ', 2)[2].startswith('zero: no replica serves')
+    assert scaler.slurm.calls[-1] == ('scancel', '101')
+
+
+def test_at_zero_a_replica_whose_file_is_there_but_not_healthy_yet_counts_as_coming(tmp_path):
+    # a router restarted with a replica running (its file there, the new gateway not listing it yet): no second one
+    scaler, work, _said = make(tmp_path, least=0, most=2, cooldown=0)
+    sync = Sync()
+    (work / 'replicas' / 's.url').write_text('http://node1:30000\n11\n')
+    assert scaler.round(0.0, sync, lambda url: 0, waiting=3) is None
+    assert not scaler.slurm.calls
+
+
+def test_a_file_left_by_a_replica_whose_job_ended_frees_its_name_when_one_is_needed(tmp_path):
+    scaler, work, said = make(tmp_path, least=0, most=1, cooldown=0)
+    sync = Sync()
+    (work / 'replicas' / 's.url').write_text('http://node1:30000\n11\n')   # its node died with the file there
+    assert scaler.round(0.0, sync, lambda url: None, waiting=1) is None       # joining for JOIN_GRACE s
+    scaler.slurm.ended.add('11')
+    assert scaler.round(glm_scale.JOIN_GRACE, sync, lambda url: None, waiting=1) == glm_scale.UP
+    assert ('squeue --jobs', '11') in scaler.slurm.calls and scaler.slurm.calls[-1][:2] == ('sbatch', 's')
+    assert not (work / 'replicas' / 's.url').exists()
+    assert any('has ended with its address file left' in line for line in said)
+
+
+def test_back_from_zero_pays_no_cool_down_and_down_to_zero_waits_for_no_traffic(tmp_path):
+    policy = glm_scale.Policy(0, 2, target=8, up_after=10, down_after=30, cooldown=120)
+    assert [policy.decide(t, 0, 1, 0, active=True)[0] for t in (0.0, 20.0, 40.0)] == [None] * 3   # short requests seen
+    assert policy.decide(45.0, 0, 1, 0)[0] is None
+    assert policy.decide(75.0, 0, 1, 0)[0] == glm_scale.DOWN
+    assert policy.decide(80.0, None, 0, 0, waiting=1)[0] == glm_scale.UP          # 5 s after, no cool-down
+    assert policy.decide(85.0, None, 0, 0, waiting=1)[0] is None                  # but after an UP, the cool-down
+
+
+def test_a_first_replica_that_fails_brings_the_zero_line_back(tmp_path):
+    scaler, _work, said = make(tmp_path, least=0, most=1, cooldown=1, hold=60)
+    sync = Sync()
+    assert scaler.round(0.0, sync, lambda url: 0, waiting=1) == glm_scale.UP
+    zero_lines = [line for line in said if line.startswith('scale zero:')]
+    assert len(zero_lines) == 0                                               # coming: not at zero
+    scaler.slurm.ended.add('101')
+    scaler.round(61.0, sync, lambda url: 0)
+    assert said[-2].startswith('scale up: s (job 101) ended before it served')
+    assert said[-1] == 'scale zero: no replica serves; the next request starts one (it waits at most 60 s)'
+
+
+def test_stale_replicas_leave_one_at_a_time_and_not_the_last_one_serving_under_load(tmp_path):
+    scaler, work, said = make(tmp_path, least=0, most=2, cooldown=0, down_after=3600)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11', start=1000)
+    serve(work, sync, 's-2', 'http://node2:30000', '12', start=1000)
+    (work / 'serve.sbatch').write_text('#!/bin/sh\n')                     # changed after they started
+    busy = {'http://node1:30000': 3, 'http://node2:30000': 3}.get
+    scaler.round(0.0, sync, busy)
+    assert list(scaler.leaving) == ['s']                                      # one, the other serves on
+    del sync.current['http://node1:30000']
+    scaler.round(5.0, sync, busy)                                             # s drained and cancelled
+    scaler.round(10.0, sync, busy)
+    assert 's-2' not in scaler.leaving                                        # the last one serving, under load
+    scaler.round(15.0, sync, lambda url: 0)
+    assert 's-2' in scaler.leaving                                            # idle: it leaves (least 0)
+    assert sum('started before its script or the key last changed' in line for line in said) == 2

@@ -98,9 +98,26 @@ def test_the_autoscalers_last_decision_is_a_line(tmp_path):
                    'garbage\n'
                    '1796510090 2026-12-05T20:41:30 up: s-2 (job 101) joined the router, 90 s after it was submitted\n')
     scaling = deployment.read_scale_log(str(log))
-    assert scaling == {'count': 2, 'last': [
+    assert scaling == {'count': 2, 'zero_since': None, 'last': [
         {'time': '2026-12-05T20:40:00', 'line': 'up: s-2 submitted as job 101 (20.0 requests per replica for 60 s)'},
         {'time': '2026-12-05T20:41:30', 'line': 'up: s-2 (job 101) joined the router, 90 s after it was submitted'}]}
     assert status_report.scaling_lines({'scaling': scaling}) == [
         'autoscaling: 2 events (decisions and their outcomes); the last, 2026-12-05T20:41:30: up: s-2 (job 101) joined the router, 90 s after it was submitted']
     assert deployment.read_scale_log(str(tmp_path / 'none')) is None
+
+
+def test_scaled_to_zero_is_said_until_a_replica_is_submitted_again(tmp_path):
+    log = tmp_path / 'scale.log'
+    log.write_text('1796510000 2026-12-05T20:40:00 down: s (job 101) leaves the router, then ends (no request for 900 s)\n'
+                   '1796510010 2026-12-05T20:40:10 down: s drained in 10 s; cancelled job 101\n'
+                   '1796510010 2026-12-05T20:40:10 zero: no replica serves; the next request starts one (it waits at most 300 s)\n')
+    scaling = deployment.read_scale_log(str(log))
+    assert scaling['zero_since'] == '2026-12-05T20:40:10'
+    assert status_report.scaling_lines({'scaling': scaling})[0] == (
+        'scaled to zero since 2026-12-05T20:40:10: no replica runs; the next request starts one and waits for it')
+    # replicas run (a deploy of server_replicas=1 since): not said
+    assert len(status_report.scaling_lines({'scaling': scaling, 'replicas': [{'job_id': '5', 'name': 's'}]})) == 1
+    with open(str(log), 'a') as handle:
+        handle.write('1796513600 2026-12-05T21:40:00 up: s submitted as job 102 (1 request(s) came while no replica serves)\n')
+    scaling = deployment.read_scale_log(str(log))
+    assert scaling['zero_since'] is None and len(status_report.scaling_lines({'scaling': scaling})) == 1
