@@ -49,10 +49,12 @@ def render(tmp_path: Path, name: str, extra_vars: dict) -> subprocess.CompletedP
 
 
 def command(script: Path) -> list:
-    """The exec line of router.sbatch, its continuation lines joined, split as the shell would."""
+    """The launcher's command line of router.sbatch (after its GLM_ROUTER_* variables), its continuation lines joined,
+    split as the shell would, up to the & that runs it in the background (the restart loop waits for it)."""
     text = script.read_text()
-    start = text.index("exec ")
-    return shlex.split(text[start:].replace("\\\n", " "))[1:]
+    start = text.index("GLM_ROUTER_RESTARTS=")
+    words = shlex.split(text[start:text.index(" &\n", start)].replace("\\\n", " "))
+    return words[2:]
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,8 @@ Standard library only, besides smg (or sglang_router) in the child.
 
 import argparse
 import atexit
+import ctypes
+import errno
 import http.client as http_client
 import json
 import os
@@ -500,6 +502,60 @@ def free_loopback_port():
         probe.close()
 
 
+#: how long a launcher waits for the router's ports to be free when it starts (a gateway of this job's launcher that
+#: was killed finishes its requests first: it got SIGTERM when its parent died, die_with_parent)
+PORT_WAIT = 60.0
+
+
+def die_with_parent(parent, libc):
+    """In a child just forked by PARENT's main thread: SIGTERM when that thread ends, however it ends (a SIGKILL, the
+    kernel's OOM killer), so no gateway or proxy outlives its launcher holding the router's port (a cluster that
+    tracks a job's processes by parentage, proctrack/linuxproc, loses an orphan and leaves it running after the job).
+    LIBC: ctypes.CDLL(None), loaded before the fork (nothing is loaded between fork and exec). Linux's prctl(2)
+    PR_SET_PDEATHSIG (1); where it is missing, nothing."""
+    prctl = getattr(libc, 'prctl', None)
+    if prctl is None or prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent:           # the launcher died before the prctl: nobody is there to stop this child
+        os._exit(1)  # pylint: disable=protected-access
+
+
+def c_library():
+    """This process's C library (ctypes), for die_with_parent; None where it cannot be loaded."""
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def wait_for_ports(host, ports, timeout=PORT_WAIT, sleep=time.sleep):
+    """Waits until this node can listen on HOST's PORTS (the router's and its metrics'); SystemExit naming the port
+    after TIMEOUT s. A gateway that holds one would answer the deploy's probe in place of this job's (same key) and
+    never get the replicas: the case of a launcher killed with its gateway left running."""
+    deadline, said = time.monotonic() + timeout, False
+    for port in [p for p in ports if p]:
+        while True:
+            probe = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)      # as the gateway binds: TIME_WAIT is no use
+            try:
+                probe.bind((host, port))
+                break
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    break                # the gateway says what is wrong with the address itself
+                if time.monotonic() >= deadline:
+                    raise SystemExit('%s port %d of %s is in use after %d s: another process listens on it (a gateway '
+                                     'left by an earlier router job, or another service); free it (ss -ltnp on the node) '
+                                     'or choose another router_port' % (LOG_PREFIX, port, host, timeout))
+                if not said:
+                    said = True
+                    log('port %d of %s is in use; waiting up to %d s for it (a gateway of a launcher killed before '
+                        'finishing its requests)' % (port, host, timeout))
+                sleep(0.5)
+            finally:
+                probe.close()
+
+
 def start_router(router_argv, key, replicas_dir, proxied=False):
     """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at,
     the certificate it serves HTTPS with or None, that certificate's DER bytes or None, the router's parsed args).
@@ -517,6 +573,7 @@ def start_router(router_argv, key, replicas_dir, proxied=False):
     except (ValueError, OSError) as error:
         raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
     public = (args.host, args.port, tls_cert, getattr(args, 'server_key_path', None))
+    wait_for_ports(args.host, [args.port, getattr(args, 'prometheus_port', None)])
     if proxied:
         args.host, args.port = '127.0.0.1', free_loopback_port()
         args.server_cert_path = args.server_key_path = None
@@ -524,10 +581,17 @@ def start_router(router_argv, key, replicas_dir, proxied=False):
     base = '%s://%s:%d' % ('https' if tls_cert and not proxied else 'http', local, args.port)
     log('starting SGLang Model Gateway on %s:%d%s, policy %s, replicas from %s' % (
         args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert and not proxied else '', args.policy, replicas_dir))
+    return fork_gateway(launch_router, args), base, tls_cert, pin, public
+
+
+def fork_gateway(launch_router, args):
+    """The gateway (LAUNCH_ROUTER(ARGS)) in a forked child that ends with this process; the child's pid."""
     sys.stdout.flush()
     sys.stderr.flush()
+    parent, libc = os.getpid(), c_library()
     child = os.fork()
     if child == 0:
+        die_with_parent(parent, libc)
         # the signals as a process starts with them (not the parent's forwarding, installed before the fork): the
         # gateway handles SIGTERM and SIGINT itself
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -537,7 +601,7 @@ def start_router(router_argv, key, replicas_dir, proxied=False):
             os._exit(0)  # pylint: disable=protected-access
         except BaseException:  # pylint: disable=broad-except
             os._exit(1)  # pylint: disable=protected-access
-    return child, base, tls_cert, pin, public
+    return child
 
 
 def start_proxy(opts, key, upstream, public):
@@ -560,7 +624,9 @@ def start_proxy(opts, key, upstream, public):
         ', metrics on port %d' % metrics if metrics else ''))
     sys.stdout.flush()
     sys.stderr.flush()
-    proc = subprocess.Popen(argv, env=env, cwd=os.path.dirname(os.path.abspath(opts.gateway_config)))  # pylint: disable=consider-using-with
+    parent, libc = os.getpid(), c_library()
+    proc = subprocess.Popen(argv, env=env, cwd=os.path.dirname(os.path.abspath(opts.gateway_config)),  # pylint: disable=consider-using-with
+                            preexec_fn=lambda: die_with_parent(parent, libc))  # pylint: disable=subprocess-popen-preexec-fn
     local = '127.0.0.1' if host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else host
     return proc, '%s://%s:%d' % ('https' if tls_cert else 'http', local, port)
 
@@ -649,16 +715,45 @@ def start_children(opts, router_argv, key, children, stopping):
     return child, base, tls_cert, pin, proxy, front, hold
 
 
+def said_restart(turn, environ=None):
+    """This launcher started again in its job (router.sbatch: the one before was killed by a signal not of the job's
+    end, GLM_ROUTER_KILLED in ENVIRON, os.environ by default): said in the job's log and the scale log (the
+    controller's own log)."""
+    environ = os.environ if environ is None else environ
+    killed, restarts = environ.get('GLM_ROUTER_KILLED', ''), environ.get('GLM_ROUTER_RESTARTS', '')
+    if not killed:
+        return
+    line = ('restart: the controller started again in router job %s (restart %s), the launcher before it killed by '
+            'signal %s; the replicas are taken from their address files' % (turn.job_id or '?', restarts or '?', killed))
+    if turn.scaler is not None:
+        turn.scaler.record(time.time(), line)
+    else:
+        log(line)
+
+
+def drop_site_proxy(environ):
+    """PROXY_ENV out of ENVIRON: the gateway and this process talk to the cluster's nodes and the loopback only."""
+    for name in PROXY_ENV:
+        environ.pop(name, None)
+
+
+def gateway_first(sync, base, proxy, live):
+    """Before LiteLLM's PROXY answers clients: the replicas added to the gateway at BASE as soon as it answers, so
+    that the first requests find them (a launcher started again under load got 404s for a second or more before)."""
+    if not live and proxy is not None and http('GET', base + '/liveness')[0] == 200:
+        sync_round(sync)
+
+
 def main(argv=None):
     opts, router_argv = parse_options(sys.argv[1:] if argv is None else argv)
-    for name in PROXY_ENV:
-        os.environ.pop(name, None)
+    drop_site_proxy(os.environ)
     key = read_key(opts.key_file)
     host = opts.advertise or os.environ.get('SLURMD_NODENAME') or socket.gethostname()
     # a successor (GLM_SUCCESSOR_OF: submitted by the router job it succeeds) takes the endpoint only once its replicas
     # are healthy in it; any other router takes it once it answers
     turn = Turn(opts, os.environ.get('SLURM_JOB_ID', ''), int(time.time()), os.environ.get('GLM_SUCCESSOR_OF', ''))
     turn.scaler = make_scaler(opts)
+    said_restart(turn)
     router_argv = successor_ports(opts, router_argv)
     proxied = opts.proxy == 'litellm'
     # the handlers first: a scancel while the children start is passed on to those started (the list grows)
@@ -675,6 +770,7 @@ def main(argv=None):
         ended = children_ended(child, proxy, stopping, turn.workers_file())
         if ended is not None:
             return ended
+        gateway_first(sync, base, proxy, live)
         answer = http('GET', front + ready, pin=None if opts.hold else pin) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
             said = answer[1]                    # a TLS failure says so once, instead of waiting in silence

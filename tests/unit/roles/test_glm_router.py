@@ -144,3 +144,101 @@ def test_a_failed_scale_round_is_logged_and_the_job_goes_on(capsys):
             raise OSError('sbatch hung')
     glm_router.scale_round(Broken(), None)
     assert 'autoscaling failed this round (OSError: sbatch hung); trying again' in capsys.readouterr().out
+
+
+def listening():
+    """A socket listening on a free port of 127.0.0.1, and that port."""
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    sock.listen(1)
+    return sock, sock.getsockname()[1]
+
+
+def test_wait_for_ports_returns_at_once_when_they_are_free():
+    sock, port = listening()
+    sock.close()
+    slept = []
+    glm_router.wait_for_ports('127.0.0.1', [port, None], timeout=5, sleep=slept.append)
+    assert slept == []
+
+
+def test_wait_for_ports_waits_for_a_gateway_that_still_holds_the_port(capsys):
+    sock, port = listening()
+    slept = []
+
+    def sleep(seconds):          # the old gateway finishes its requests and goes on the third look
+        slept.append(seconds)
+        if len(slept) == 3:
+            sock.close()
+    glm_router.wait_for_ports('127.0.0.1', [port], timeout=30, sleep=sleep)
+    assert slept == [0.5, 0.5, 0.5]
+    assert capsys.readouterr().out.count('port %d of 127.0.0.1 is in use; waiting up to 30 s' % port) == 1
+
+
+def test_wait_for_ports_names_the_port_held_past_the_bound():
+    sock, port = listening()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            glm_router.wait_for_ports('127.0.0.1', [port], timeout=0, sleep=lambda s: None)
+    finally:
+        sock.close()
+    assert 'port %d of 127.0.0.1 is in use after 0 s' % port in str(exit_.value)
+    assert 'ss -ltnp' in str(exit_.value) and 'router_port' in str(exit_.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_child_of_the_launcher_dies_with_it_even_by_sigkill(tmp_path):
+    """die_with_parent: the launcher (here a Python process that forks as start_router does) killed with SIGKILL, its
+    child (the gateway) gets SIGTERM and ends instead of holding the router's port as an orphan."""
+    import subprocess
+    import time
+    script = ('import os, sys, time\nsys.path.insert(0, %r)\nimport glm_router\n'
+              'parent, libc = os.getpid(), glm_router.c_library()\n'
+              'child = os.fork()\n'
+              'if child == 0:\n    glm_router.die_with_parent(parent, libc)\n    time.sleep(60)\n    os._exit(0)\n'
+              'print(child, flush=True)\ntime.sleep(60)\n' % os.path.dirname(glm_router.__file__))
+    launcher = subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE, universal_newlines=True)
+    child = int(launcher.stdout.readline())
+    try:
+        os.kill(child, 0)                              # alive while its launcher is
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except OSError:
+                break
+            with open('/proc/%d/stat' % child, encoding='utf-8') as handle:
+                if handle.read().split(') ')[1].startswith('Z'):  # ended, not reaped yet (init reaps it)
+                    break
+            time.sleep(0.05)
+        else:
+            raise AssertionError('the child outlived its SIGKILLed launcher by 10 s')
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Recorder(object):
+    def __init__(self):
+        self.lines = []
+
+    def record(self, _now, line):
+        self.lines.append(line)
+
+
+def test_a_launcher_started_again_says_so_in_the_scale_log(capsys):
+    turn = glm_router.Turn.__new__(glm_router.Turn)
+    turn.job_id, turn.scaler = '42', Recorder()
+    glm_router.said_restart(turn, {'GLM_ROUTER_KILLED': '9', 'GLM_ROUTER_RESTARTS': '1'})
+    assert turn.scaler.lines == ['restart: the controller started again in router job 42 (restart 1), the launcher '
+                                 'before it killed by signal 9; the replicas are taken from their address files']
+    turn.scaler = None
+    glm_router.said_restart(turn, {'GLM_ROUTER_KILLED': '9', 'GLM_ROUTER_RESTARTS': '2'})
+    assert 'restart: the controller started again in router job 42 (restart 2)' in capsys.readouterr().out
+    glm_router.said_restart(turn, {'GLM_ROUTER_RESTARTS': '0'})       # the first start: nothing said
+    assert capsys.readouterr().out == ''
