@@ -124,6 +124,27 @@ def ssh(command, check=True, timeout=60):
     return proc.stdout
 
 
+
+def scale_log(work_name):
+    """The autoscaler's scale log of the deployment in ~/WORK_NAME, each line's text (its epoch and date cut)."""
+    return [line.split(' ', 2)[2] for line in ssh('cat ~/%s/scale.log 2>/dev/null || true' % work_name).splitlines()
+            if len(line.split(' ', 2)) == 3]
+
+
+def wait_for_scale_line(work_name, words, timeout, after=0, router_name=None):
+    """The scale log's first line (from index AFTER) with all of WORDS, and its index, once it is there (one ssh a
+    second, no Slurm call); AssertionError with the log (and ROUTER_NAME's job log) after TIMEOUT s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = scale_log(work_name)
+        found = [(i, line) for i, line in enumerate(lines) if i >= after and all(w in line for w in words)]
+        if found:
+            return found[0]
+        time.sleep(1)
+    raise AssertionError('no %r in the scale log after %d s:\n%s\n%s' % (
+        words, timeout, '\n'.join(scale_log(work_name)), ssh('grep -a glm.serve ~/%s/%s-*.out | tail -n 30' % (
+            work_name, router_name), check=False) if router_name else ''))
+
 def my_jobs(match):
     """The login user's jobs (squeue --me, as the login user over SSH) whose name satisfies match(name):
     list of (id, name, state) in the order of the ids as numbers (job 100 after job 98)."""

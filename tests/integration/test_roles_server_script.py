@@ -443,6 +443,23 @@ def test_the_drain_says_why(tmp_path):
     assert why(url, 120, nxt) == "the service ends at 2026-12-05 10:20:00 (teardown's glm_stop_at)"
 
 
+
+def test_a_preemption_is_told_apart_from_the_time_limit(tmp_path):
+    """glm_preempted (serve_ready.bash), asked when Slurm's USR1 came: `scontrol show job` (the fields as Slurm 24.11
+    prints them on the test bed: PreemptTime=None until preempted, then the preemption's time, EndTime pulled in to
+    it + GraceTime) says a preemption, and the seconds to EndTime are what the drain has; the time limit's USR1
+    (PreemptTime=None) is not one."""
+    import time as clock
+    ready = os.path.join(os.path.dirname(SUCCESSOR_FUNCTIONS), "serve_ready.bash")
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    end = clock.strftime(fmt, clock.localtime(clock.time() + 60))
+    base = ("JobId=41 JobName=glm-serve-2 Partition=gpu-burst StartTime=2026-12-06T04:00:00 EndTime=%s Deadline=N/A "
+            "PreemptEligibleTime=2026-12-06T04:00:00 PreemptTime=%s SuspendTime=None")
+    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted" % ready, base % (end, clock.strftime(fmt)))
+    assert proc.returncode == 0 and 55 <= int(proc.stdout.strip()) <= 60, (proc.stdout, proc.stderr)
+    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted || echo no" % ready, base % (end, "None"))
+    assert proc.stdout.strip() == "no", proc.stdout
+
 def test_the_services_end_stops_the_successors(tmp_path):
     """The teardown's end of the service (layout's service_end; empty: now, else glm_stop_at): no successor is
     submitted to start past it, a serving job drains once it has come, and a successor that starts after it ends at

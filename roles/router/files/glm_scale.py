@@ -277,8 +277,9 @@ class Config(object):
 
     #: Settings a file of an earlier release may lack: the download job's [name, comment], which a replica of the
     #: autoscaler's waits for while it is live (scale to zero: no replica of the deploy's waits for it), and the
-    #: hold's bound.
-    OPTIONAL = {'download': (list, []), 'hold': (float, 0.0)}
+    #: hold's bound, bursting ({'args': the burst replicas' sbatch arguments, 'from': the replicas above this number
+    #: burst, 'hold': seconds without a burst submission after a preemption}).
+    OPTIONAL = {'download': (list, []), 'hold': (float, 0.0), 'burst': (dict, {})}
 
     def __init__(self, data, replicas_dir, key_file):
         missing = [k for k in self.FIELDS if k not in data]
@@ -321,6 +322,7 @@ class Scaler(object):
         self.joined = {}                 # name -> when its address file appeared (it joins the router after)
         self.recovered = False
         self.at_zero = False             # the last round found the service at zero replicas (least 0)
+        self.burst_until = 0.0           # no burst replica submitted before then (a preemption's hold)
 
     @property
     def plan(self):
@@ -367,6 +369,7 @@ class Scaler(object):
             self.joined.setdefault(name, now)
         for name in [n for n in self.joined if n not in files]:
             del self.joined[name]
+            self.preempted(now, name)
         joining = [n for n, t in self.joined.items() if n not in serving and now - t < JOIN_GRACE]
         decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving) + len(joining),
                                            waiting, active)
@@ -393,8 +396,9 @@ class Scaler(object):
         if not free:
             return self.record(now, 'up: no free replica name (%s)' % why)
         name, comment = free[0]
-        if self.ended():
-            return self.record(now, 'up: %s not submitted, the service ends (teardown, %s)' % (name, self.cfg.service_end))
+        if self.ended() or self.burst_args(name) and now < self.burst_until:
+            return self.record(now, 'up: %s not submitted, %s' % (name, 'the service ends (teardown, %s)' % self.cfg.service_end
+                                                                   if self.ended() else self.burst_wait(now, why)))
         # one squeue for a job of that name already queued, and for the deploy's download, which a new replica waits
         # for while it is live (scale to zero: no replica of the deploy's waits for it)
         download = dict([self.cfg.download]) if len(self.cfg.download) == 2 else {}
@@ -407,7 +411,7 @@ class Scaler(object):
             return self.record(now, 'up: %s, job %s already queued, counted as coming (%s)' % (name, live[-1], why))
         bad = fresh_bad_nodes(self.cfg.bad_nodes_file, self.cfg.bad_node_ttl) if self.cfg.bad_nodes_file else []
         waits = [j for n in download for j in found.get(n, [])][-1:]
-        args = avoiding(self.cfg.sbatch_args, bad) + ['--dependency=afterok:' + j for j in waits]
+        args = avoiding(self.cfg.sbatch_args, bad) + self.burst_args(name) + ['--dependency=afterok:' + j for j in waits]
         job_id, said = self.slurm.submit(name, comment, self.cfg.script, args)
         if job_id is None:
             self.failures += 1
@@ -417,9 +421,51 @@ class Scaler(object):
             self.slurm.cancel([job_id])
             return self.record(now, 'up: %s (job %s) cancelled at once, the service ends (teardown)' % (name, job_id))
         self.coming[name] = [job_id, now, now]
-        return self.record(now, 'up: %s submitted as job %s%s%s (%s)' % (
-            name, job_id, ', avoiding ' + ','.join(bad) if bad else '',
+        return self.record(now, 'up: %s submitted as job %s%s%s%s (%s)' % (
+            name, job_id, ' to burst (%s)' % ' '.join(self.burst_args(name)) if self.burst_args(name) else '',
+            ', avoiding ' + ','.join(bad) if bad else '',
             ', after the download (job %s)' % waits[0] if waits else '', why))
+
+    def burst_args(self, name):
+        """The sbatch arguments that send replica NAME to the preemptible partition or QOS (bursting: the replicas
+        numbered above the burst's ``from``), else []."""
+        burst = self.cfg.burst
+        names = [n for n, _c in self.plan]
+        return list(burst.get('args') or []) if name in names and names.index(name) >= int(burst.get('from', 0)) else []
+
+    def burst_wait(self, now, why):
+        return 'a burst replica was preempted: none before %s (server_burst_hold; %s)' % (self.burst_clock(now), why)
+
+    def burst_clock(self, now):
+        """The end of the burst's hold by the wall clock (NOW and burst_until are the caller's monotonic seconds)."""
+        return time.strftime('%H:%M:%S', time.localtime(time.time() + self.burst_until - now))
+
+    def preempted(self, now, name):
+        """Replica NAME's address file went; when its job said Slurm preempts it (serve.sbatch, on the preemption's
+        USR1: a file .NAME.preempted in the work dir with its job id), no burst replica is submitted for the burst's
+        hold, and the successor it may have submitted is cancelled: the controller does not fight the preemption."""
+        path = os.path.join(os.path.dirname(self.cfg.script), '.%s.preempted' % name)
+        try:
+            with open(path, encoding='utf-8') as handle:
+                job_id = handle.readline().strip()
+            os.unlink(path)
+        except OSError:
+            return False
+        self.burst_until = now + float(self.cfg.burst.get('hold', 600))
+        successor = self.successor_of(name, job_id) if job_id.isdigit() else None
+        said = self.slurm.cancel([successor]) if successor else None
+        # PreemptMode=REQUEUE puts the job back in the queue even when it ended in its grace time: Slurm's own way
+        # back (on the burst's next free node, after BeginTime), counted as coming, never a second job (one squeue)
+        queued = (self.slurm.live({name: dict(self.plan).get(name, '')}) or {}).get(name) or []
+        if queued:
+            self.coming[name] = [queued[-1], now, now]
+        self.record(now, 'preempted: %s (job %s) was preempted by Slurm and left the router, draining its requests; %s; '
+                         'no other burst replica before %s (server_burst_hold)%s' % (
+                             name, job_id or '?', 'Slurm requeued it (job %s, pending): counted as coming, it serves '
+                             'again when the burst has room' % queued[-1] if queued else 'not requeued',
+                             self.burst_clock(now), '' if not successor else '; its successor job %s %s' % (
+                                 successor, 'cancelled' if said is None else 'not cancelled: %s' % said)))
+        return True
 
     def left_behind(self, now, files, serving):
         """[(name, comment)] of the first replica of the autoscaler's whose address file is there but which has not

@@ -235,6 +235,12 @@ GresTypes=gpu
 PlugStackConfig=$D/etc/plugstack.conf
 TaskProlog=$D/etc/task_prolog.sh
 KillWait=5
+# Preemption as a site with a preemptible partition sets it (slurm.conf(5); src/plugins/preempt/partition_prio): a job
+# of a higher PriorityTier takes the nodes of gpu-burst's jobs, which get GraceTime s and the job's own --signal
+# (send_user_signal: B:USR1, the replicas' drain; else SIGTERM to the steps only), then are requeued.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PreemptParameters=send_user_signal
 MinJobAge=$MIN_JOB_AGE
 InactiveLimit=0
 MailProg=/bin/true
@@ -242,10 +248,11 @@ EOF
     for n in "${NODES[@]}"; do
       echo "NodeName=$n NodeAddr=$n NodeHostname=$n Port=${NODE_PORT[$n]} ${NODE_HW[$n]} State=UNKNOWN"
     done
-    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
-    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
-    echo "PartitionName=gpu-all Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=NO MaxTime=INFINITE State=UP"
-    echo "PartitionName=cpu Nodes=node3 Default=NO MaxTime=INFINITE State=UP"
+    echo "PartitionName=compute-h100 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=YES MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    echo "PartitionName=compute-h200 Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    echo "PartitionName=gpu-all Nodes=$(IFS=,; echo "${GPU_NODES[*]}") Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    echo "PartitionName=cpu Nodes=node3 Default=NO MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    echo "PartitionName=gpu-burst Nodes=$(IFS=,; echo "${H100_NODES[*]}") Default=NO MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=60"
   } | write_if_changed "$CONF"
   # What a compute node has and a login node has not (nvidia-smi): on the PATH of every task, batch scripts too.
   # slurmstepd reads "export NAME=value" lines that the TaskProlog prints.
