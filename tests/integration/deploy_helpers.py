@@ -124,7 +124,6 @@ def ssh(command, check=True, timeout=60):
     return proc.stdout
 
 
-
 def scale_log(work_name):
     """The autoscaler's scale log of the deployment in ~/WORK_NAME, each line's text (its epoch and date cut)."""
     return [line.split(' ', 2)[2] for line in ssh('cat ~/%s/scale.log 2>/dev/null || true' % work_name).splitlines()
@@ -144,6 +143,7 @@ def wait_for_scale_line(work_name, words, timeout, after=0, router_name=None):
     raise AssertionError('no %r in the scale log after %d s:\n%s\n%s' % (
         words, timeout, '\n'.join(scale_log(work_name)), ssh('grep -a glm.serve ~/%s/%s-*.out | tail -n 30' % (
             work_name, router_name), check=False) if router_name else ''))
+
 
 def my_jobs(match):
     """The login user's jobs (squeue --me, as the login user over SSH) whose name satisfies match(name):

@@ -35,7 +35,8 @@ import pytest
 
 import cluster_target as target
 from deploy_helpers import (REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, load_target, login_home,
-                            recap, require_cluster, router_wheels, run_playbook, scancel_names, ssh, start_load)
+                            recap, require_cluster, router_wheels, run_playbook, scale_log, scancel_names, ssh, start_load,
+                            wait_for_scale_line)
 
 pytestmark = pytest.mark.continuity
 
@@ -60,23 +61,6 @@ def jobs():
     return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
 
 
-def scale_log():
-    return [line.split(' ', 2)[2] for line in ssh('cat ~/%s/scale.log 2>/dev/null || true' % WORK).splitlines()
-            if len(line.split(' ', 2)) == 3]
-
-
-def wait_for_line(words, timeout):
-    """The scale log's line with WORDS, once it is there (polls the file on the login node: no Slurm call)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [line for line in scale_log() if all(w in line for w in words)]
-        if found:
-            return found[0]
-        time.sleep(2)
-    raise AssertionError('no %r in the scale log after %d s:\n%s\n%s' % (
-        words, timeout, '\n'.join(scale_log()), ssh('grep -a glm.serve ~/%s/%s-*.out | tail -n 30' % (WORK, ROUTER), check=False)))
-
-
 def test_one_replica_more_under_load_and_back_to_one(tmp_path):
     require_cluster()
     sys.path.insert(0, os.path.join(REPO, 'tests', 'bench'))
@@ -96,9 +80,9 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
 
         started = time.monotonic()
         load = start_load(WORK, base, node, LOAD_SECONDS)
-        submitted = wait_for_line(['up: %s-2 submitted as job' % SERVE, 'above the target 3'], 60)
+        submitted = wait_for_scale_line(WORK, ['up: %s-2 submitted as job' % SERVE, 'above the target 3'], 60, router_name=ROUTER)[1]
         up_at = time.monotonic() - started
-        joined = wait_for_line(['up: %s-2 (job' % SERVE, 'joined the router'], 150)
+        joined = wait_for_scale_line(WORK, ['up: %s-2 (job' % SERVE, 'joined the router'], 150, router_name=ROUTER)[1]
         serving_at = time.monotonic() - started
         assert jobs()[SERVE + '-2'][1] == 'RUNNING'
         again = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=600)
@@ -110,15 +94,15 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
         time.sleep(40)
         users1, types1 = sdiag()
         steady = diff(users1, users0, target.LOGIN_USER)[0]
-        assert steady <= 1, (steady, scale_log())
+        assert steady <= 1, (steady, scale_log(WORK))
 
         out, err = load.communicate(timeout=LOAD_SECONDS + 120)
         load = None
         summary = json.loads(out.strip().splitlines()[-1])
         ended = time.monotonic() - started
         users2, types2 = sdiag()
-        left = wait_for_line(['down: %s-2 (job' % SERVE, 'leaves the router'], 120)
-        cancelled = wait_for_line(['down: %s-2 drained in' % SERVE, 'cancelled job'], 120)
+        left = wait_for_scale_line(WORK, ['down: %s-2 (job' % SERVE, 'leaves the router'], 120, router_name=ROUTER)[1]
+        cancelled = wait_for_scale_line(WORK, ['down: %s-2 drained in' % SERVE, 'cancelled job'], 120, router_name=ROUTER)[1]
         down_at = time.monotonic() - started
         users3, types3 = sdiag()
         time.sleep(3)
@@ -145,7 +129,7 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
               'of steady state, %d from the load\'s end to the cancel (%s); scale log:\n  %s' % (
                   up_at, serving_at, ended, down_at, summary['sent'], summary['outcomes'], summary['latency_ms']['p50'],
                   summary['latency_ms']['p99'], target.LOGIN_USER, steady, down_rpcs,
-                  dict((k, v) for k, v in sorted(by_type.items()) if v), '\n  '.join(scale_log())))
+                  dict((k, v) for k, v in sorted(by_type.items()) if v), '\n  '.join(scale_log(WORK))))
         assert submitted and joined and left and cancelled
     finally:
         if load is not None:
@@ -210,7 +194,7 @@ def test_the_controllers_slurm_calls_over_varying_load(tmp_path):
         users1, types1 = sdiag()
         rpcs = diff(users1, users0, target.LOGIN_USER)[0]
         by_type = dict((k, diff(types1, types0, k)[0]) for k in types1)
-        log = scale_log()
+        log = scale_log(WORK)
         ups = [line for line in log if 'submitted as job' in line]
         downs = [line for line in log if 'cancelled job' in line]
         print('\nAUTOSCALE SOAK: %.1f minutes of load in steps %s (rate/s, seconds) on 1 to 2 replicas: %d scale-ups, %d '

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,46 @@ def test_bad_values_stop_before_the_script(tmp_path, extra, variable, words):
     assert proc.returncode != 0
     assert variable in out and words in out, out[-3000:]
     assert not (tmp_path / "bad" / "router.sbatch").exists()
+
+
+def loop_with(script: Path, fake: str, tmp_path: Path) -> Path:
+    """router.sbatch's restart loop with the launcher's command replaced by FAKE (a bash body run as ./launcher)."""
+    text = script.read_text()
+    start, end = text.index("restarts=0 killed="), text.index("\ndone\n", text.index("restarts=0 killed=")) + 6
+    loop = text[start:end]
+    command = loop[loop.index("  GLM_ROUTER_RESTARTS="):loop.index(" &\n") + 3]
+    loop = loop.replace(command, "  GLM_ROUTER_RESTARTS=$restarts GLM_ROUTER_KILLED=$killed ./launcher &\n")
+    (tmp_path / "launcher").write_text("#!/usr/bin/env bash\necho \"start $GLM_ROUTER_RESTARTS ${GLM_ROUTER_KILLED:-none}\" >> runs\n" + fake)
+    (tmp_path / "launcher").chmod(0o755)
+    (tmp_path / "loop.sh").write_text("set -euo pipefail\n" + loop)
+    return tmp_path / "loop.sh"
+
+
+@pytest.mark.parametrize("fake, runs, rc", [
+    # killed by SIGKILL twice, then it ends by itself: started again twice, the job's status its own
+    ('n=$(wc -l < runs); if [ "$n" -le 2 ]; then kill -KILL $$; fi; exit 0\n', ["start 0 none", "start 1 9", "start 2 9"], 0),
+    # its gateway killed (75): started again, once, then an error of its own (1) ends the job
+    ('n=$(wc -l < runs); if [ "$n" -le 1 ]; then exit 75; fi; exit 1\n', ["start 0 none", "start 1 child"], 1),
+    # a setting it cannot use (exit 1): no restart
+    ("exit 1\n", ["start 0 none"], 1),
+    # killed every time: router_restarts (3) restarts, then the job ends with the kill's status
+    ("kill -KILL $$\n", ["start 0 none", "start 1 9", "start 2 9", "start 3 9"], 137),
+])
+def test_the_router_job_starts_its_killed_launcher_again(rendered, tmp_path, fake, runs, rc):
+    loop = loop_with(rendered["default"], fake, tmp_path)
+    proc = subprocess.run(["bash", str(loop)], cwd=str(tmp_path), capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == rc, (proc.stdout, proc.stderr)
+    assert (tmp_path / "runs").read_text().splitlines() == runs
+    assert proc.stdout.count("starting it again") == len(runs) - 1
+
+
+def test_a_scancel_during_the_restart_pause_starts_no_launcher(rendered, tmp_path):
+    """SIGTERM (scancel, the time limit) to the job while the loop waits to start a killed launcher again: the job
+    ends 0, no launcher started after it."""
+    loop = loop_with(rendered["default"], "kill -KILL $$\n", tmp_path)
+    proc = subprocess.Popen(["bash", str(loop)], cwd=str(tmp_path), stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()             # said just before its 1-s pause
+    assert "the launcher was killed (signal 9), not by this job's end; starting it again (restart 1 of 3)" in line, line
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert (tmp_path / "runs").read_text().splitlines() == ["start 0 none"]

@@ -443,7 +443,6 @@ def test_the_drain_says_why(tmp_path):
     assert why(url, 120, nxt) == "the service ends at 2026-12-05 10:20:00 (teardown's glm_stop_at)"
 
 
-
 def test_a_preemption_is_told_apart_from_the_time_limit(tmp_path):
     """glm_preempted (serve_ready.bash), asked when Slurm's USR1 came: `scontrol show job` (the fields as Slurm 24.11
     prints them on the test bed: PreemptTime=None until preempted, then the preemption's time, EndTime pulled in to
@@ -455,10 +454,14 @@ def test_a_preemption_is_told_apart_from_the_time_limit(tmp_path):
     end = clock.strftime(fmt, clock.localtime(clock.time() + 60))
     base = ("JobId=41 JobName=glm-serve-2 Partition=gpu-burst StartTime=2026-12-06T04:00:00 EndTime=%s Deadline=N/A "
             "PreemptEligibleTime=2026-12-06T04:00:00 PreemptTime=%s SuspendTime=None")
-    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted" % ready, base % (end, clock.strftime(fmt)))
+    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted 120" % ready, base % (end, clock.strftime(fmt)))
     assert proc.returncode == 0 and 55 <= int(proc.stdout.strip()) <= 60, (proc.stdout, proc.stderr)
-    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted || echo no" % ready, base % (end, "None"))
+    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted 120 || echo no" % ready, base % (end, "None"))
     assert proc.stdout.strip() == "no", proc.stdout
+    # no EndTime to read (a job without a time limit): the drain's own seconds
+    proc, _argv = run_functions(tmp_path, "source %s; glm_preempted 120" % ready, base % ("Unknown", clock.strftime(fmt)))
+    assert proc.stdout.strip() == "120", (proc.stdout, proc.stderr)
+
 
 def test_the_services_end_stops_the_successors(tmp_path):
     """The teardown's end of the service (layout's service_end; empty: now, else glm_stop_at): no successor is

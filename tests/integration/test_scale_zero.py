@@ -38,7 +38,8 @@ import time
 import pytest
 
 from deploy_helpers import (REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, load_target, login_home,
-                            recap, require_cluster, router_wheels, run_playbook, scancel_names, ssh)
+                            recap, require_cluster, router_wheels, run_playbook, scale_log, scancel_names, ssh,
+                            wait_for_scale_line)
 
 pytestmark = pytest.mark.continuity
 
@@ -68,24 +69,6 @@ def variables():
 
 def jobs():
     return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
-
-
-def scale_log():
-    return [line.split(' ', 2)[2] for line in ssh('cat ~/%s/scale.log 2>/dev/null || true' % WORK).splitlines()
-            if len(line.split(' ', 2)) == 3]
-
-
-def wait_for_line(words, timeout, after=0):
-    """The scale log's first line (from index AFTER) with WORDS, and its index, once it is there (no Slurm call)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = scale_log()
-        found = [(i, line) for i, line in enumerate(lines) if i >= after and all(w in line for w in words)]
-        if found:
-            return found[0]
-        time.sleep(1)
-    raise AssertionError('no %r in the scale log after %d s:\n%s\n%s' % (
-        words, timeout, '\n'.join(scale_log()), ssh('grep -a glm.serve ~/%s/%s-*.out | tail -n 30' % (WORK, ROUTER), check=False)))
 
 
 def models(base, key_header=True, method='GET'):
@@ -135,7 +118,7 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
         assert status == 200 and json.loads(body)['data'][0]['id'] == 'glm-5.3-flash', (status, body)
         assert models(base, key_header=False)[0] == 401
         assert models(base, key_header=False, method='POST')[0] == 401      # no key: refused, nothing woken
-        assert wait_for_line(['zero: no replica serves'], 30)
+        assert wait_for_scale_line(WORK, ['zero: no replica serves'], 30, router_name=ROUTER)
         shown = run_playbook('status.yml', variables(), str(tmp_path))
         assert shown.returncode == 0 and 'scaled to zero since' in shown.stdout, shown.stdout[-3000:]
         time.sleep(5)
@@ -151,25 +134,25 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
                                            loadgen, base, WORK, LOAD_SECONDS, HOLD + 30, node, work)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 universal_newlines=True)
-        i_up1, up1 = wait_for_line(['up: %s submitted as job' % SERVE, 'after the download (job',
-                                    'came while no replica serves'], 30)
+        i_up1, up1 = wait_for_scale_line(WORK, ['up: %s submitted as job' % SERVE, 'after the download (job',
+                                                'came while no replica serves'], 30, router_name=ROUTER)
         gate = os.path.join(work, 'GLM-5.3-Flash', '.cache', 'huggingface', 'go')     # the download goes on now
         with open(gate, 'w', encoding='utf-8'):
             pass
         chown_login(gate)
         up1_at = time.monotonic() - started
-        i_join1, _line = wait_for_line(['up: %s (job' % SERVE, 'joined the router'], HOLD, i_up1)
+        i_join1, _line = wait_for_scale_line(WORK, ['up: %s (job' % SERVE, 'joined the router'], HOLD, i_up1, ROUTER)
         serving1_at = time.monotonic() - started
-        i_up2, up2 = wait_for_line(['up: %s-2 submitted as job' % SERVE, 'above the target 3'], 60, i_join1)
-        i_join2, _line = wait_for_line(['up: %s-2 (job' % SERVE, 'joined the router'], 120, i_up2)
+        i_up2, up2 = wait_for_scale_line(WORK, ['up: %s-2 submitted as job' % SERVE, 'above the target 3'], 60, i_join1, ROUTER)
+        i_join2, _line = wait_for_scale_line(WORK, ['up: %s-2 (job' % SERVE, 'joined the router'], 120, i_up2, ROUTER)
         serving2_at = time.monotonic() - started
         out, err = load.communicate(timeout=LOAD_SECONDS + HOLD + 60)
         load = None
         ended_at = time.monotonic() - started
         summary = json.loads(out.strip().splitlines()[-1])
-        i_down2, down2 = wait_for_line(['down: %s-2 (job' % SERVE, 'leaves the router'], 120, i_join2)
-        i_down1, down1 = wait_for_line(['down: %s (job' % SERVE, 'the service goes to zero'], 120, i_down2)
-        i_zero, _line = wait_for_line(['zero: no replica serves'], 120, i_down1)
+        i_down2, down2 = wait_for_scale_line(WORK, ['down: %s-2 (job' % SERVE, 'leaves the router'], 120, i_join2, ROUTER)
+        i_down1, down1 = wait_for_scale_line(WORK, ['down: %s (job' % SERVE, 'the service goes to zero'], 120, i_down2, ROUTER)
+        i_zero, _line = wait_for_scale_line(WORK, ['zero: no replica serves'], 120, i_down1, ROUTER)
         zero_at = time.monotonic() - started
         time.sleep(3)
         assert set(jobs()) == {ROUTER}, jobs()
@@ -183,7 +166,7 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
         router_log = ssh('grep -a glm.serve ~/%s/%s-*.out' % (WORK, ROUTER))
         assert 'request(s) held go on, the first after' in router_log, router_log[-3000:]
 
-        used = gpu_seconds(re.findall(r' submitted as job (\d+)', '\n'.join(scale_log())))
+        used = gpu_seconds(re.findall(r' submitted as job (\d+)', '\n'.join(scale_log(WORK))))
         gpus = max(g for runs in used.values() for _j, _e, g in runs)
         used_s = sum(e * g for runs in used.values() for _j, e, g in runs)
         fixed_s = 2 * gpus * zero_at
@@ -196,7 +179,7 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
                   LOAD_SECONDS, HOLD, up1_at, serving1_at, first_answer, serving2_at, ended_at, zero_at, summary['sent'],
                   summary['outcomes'], len(held), HELD_SECONDS, max(r['seconds'] for r in held),
                   summary['latency_ms']['p50'], summary['latency_ms']['p99'], used_s, used, fixed_s, gpus, zero_at,
-                  100.0 * used_s / fixed_s, '\n  '.join(scale_log())))
+                  100.0 * used_s / fixed_s, '\n  '.join(scale_log(WORK))))
         assert up1 and up2 and down2 and down1 and i_zero > i_down1
     finally:
         if load is not None:

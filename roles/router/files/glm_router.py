@@ -507,23 +507,25 @@ def free_loopback_port():
 PORT_WAIT = 60.0
 
 
-def die_with_parent(parent, libc):
+def die_with_parent(parent, prctl):
     """In a child just forked by PARENT's main thread: SIGTERM when that thread ends, however it ends (a SIGKILL, the
     kernel's OOM killer), so no gateway or proxy outlives its launcher holding the router's port (a cluster that
     tracks a job's processes by parentage, proctrack/linuxproc, loses an orphan and leaves it running after the job).
-    LIBC: ctypes.CDLL(None), loaded before the fork (nothing is loaded between fork and exec). Linux's prctl(2)
-    PR_SET_PDEATHSIG (1); where it is missing, nothing."""
-    prctl = getattr(libc, 'prctl', None)
+    SIGTERM and SIGINT are set back to their defaults first (the launcher's forwarding handler, inherited, would take
+    the death signal). PRCTL: libc's prctl, looked up before the fork (c_prctl); Linux's PR_SET_PDEATHSIG (1); where
+    it is missing, nothing."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if prctl is None or prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:
         return
     if os.getppid() != parent:           # the launcher died before the prctl: nobody is there to stop this child
         os._exit(1)  # pylint: disable=protected-access
 
 
-def c_library():
-    """This process's C library (ctypes), for die_with_parent; None where it cannot be loaded."""
+def c_prctl():
+    """libc's prctl (ctypes), for die_with_parent; None where there is none."""
     try:
-        return ctypes.CDLL(None, use_errno=True)
+        return getattr(ctypes.CDLL(None, use_errno=True), 'prctl', None)
     except OSError:
         return None
 
@@ -588,13 +590,12 @@ def fork_gateway(launch_router, args):
     """The gateway (LAUNCH_ROUTER(ARGS)) in a forked child that ends with this process; the child's pid."""
     sys.stdout.flush()
     sys.stderr.flush()
-    parent, libc = os.getpid(), c_library()
+    parent, prctl = os.getpid(), c_prctl()
     child = os.fork()
     if child == 0:
-        die_with_parent(parent, libc)
         # the signals as a process starts with them (not the parent's forwarding, installed before the fork): the
         # gateway handles SIGTERM and SIGINT itself
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        die_with_parent(parent, prctl)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             launch_router(args)
@@ -624,9 +625,9 @@ def start_proxy(opts, key, upstream, public):
         ', metrics on port %d' % metrics if metrics else ''))
     sys.stdout.flush()
     sys.stderr.flush()
-    parent, libc = os.getpid(), c_library()
+    parent, prctl = os.getpid(), c_prctl()
     proc = subprocess.Popen(argv, env=env, cwd=os.path.dirname(os.path.abspath(opts.gateway_config)),  # pylint: disable=consider-using-with
-                            preexec_fn=lambda: die_with_parent(parent, libc))  # pylint: disable=subprocess-popen-preexec-fn
+                            preexec_fn=lambda: die_with_parent(parent, prctl))  # pylint: disable=subprocess-popen-preexec-fn
     local = '127.0.0.1' if host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else host
     return proc, '%s://%s:%d' % ('https' if tls_cert else 'http', local, port)
 
@@ -669,9 +670,14 @@ def stop_child(pid, timeout=20.0):
         pass
 
 
+#: The launcher's exit status when its gateway or proxy was killed by a signal not of ours (the OOM killer): the router
+#: job's loop (router.sbatch) starts the launcher again, as when the launcher itself is killed. EX_TEMPFAIL.
+CHILD_KILLED = 75
+
+
 def router_exited(status, workers_file):
-    """The job's exit status once the router exited with wait STATUS (0 when a signal of ours stopped it); the
-    workers file removed."""
+    """The job's exit status once the router exited with wait STATUS (0 when a signal of ours stopped it,
+    CHILD_KILLED for another signal); the workers file removed."""
     code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
     log('the router exited (%s)' % code)
     if workers_file:
@@ -679,7 +685,7 @@ def router_exited(status, workers_file):
             os.unlink(workers_file)       # no router, no workers: status and the deploy see it at once
         except OSError:
             pass
-    return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else 128 - code)
+    return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else CHILD_KILLED)
 
 
 def sync_round(sync):
@@ -723,8 +729,9 @@ def said_restart(turn, environ=None):
     killed, restarts = environ.get('GLM_ROUTER_KILLED', ''), environ.get('GLM_ROUTER_RESTARTS', '')
     if not killed:
         return
-    line = ('restart: the controller started again in router job %s (restart %s), the launcher before it killed by '
-            'signal %s; the replicas are taken from their address files' % (turn.job_id or '?', restarts or '?', killed))
+    line = ('restart: the controller started again in router job %s (restart %s), %s; the replicas are taken from their '
+            'address files' % (turn.job_id or '?', restarts or '?', 'the gateway or proxy of the launcher before it killed'
+                               if killed == 'child' else 'the launcher before it killed by signal %s' % killed))
     if turn.scaler is not None:
         turn.scaler.record(time.time(), line)
     else:
@@ -808,15 +815,24 @@ def children_ended(child, proxy, stopping, workers_file):
         log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
         stop_child(child)
         router_exited(0, workers_file)
-        return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else 1)
+        return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else CHILD_KILLED)
     return None
 
 
-def successor_ports(opts, router_argv):
+def successor_ports(opts, router_argv, environ=None):
     """The router's flags, its ports moved by --port-offset when this node's router port is taken (the router job this
-    one succeeds runs here: two routers of a deployment at a time, so two sets of ports)."""
+    one succeeds runs here: two routers of a deployment at a time, so two sets of ports). A launcher started again in
+    its job (GLM_ROUTER_KILLED) keeps the ports it had (the endpoint file's, when it names this job; else the router's
+    port): the port taken is its own gateway's, still finishing its requests."""
     port = args_port(router_argv)
-    if not opts.port_offset or not port_taken(args_value(router_argv, '--host', '0.0.0.0'), port):
+    environ = os.environ if environ is None else environ
+    if environ.get('GLM_ROUTER_KILLED'):
+        had = endpoint_vars(opts.endpoint_file)
+        moved = had.get('GLM_ROUTER_JOB') == environ.get('SLURM_JOB_ID') and \
+            urllib.parse.urlsplit(had.get('GLM_BASE_URL', '')).port == port + (opts.port_offset or 0)
+    else:
+        moved = bool(opts.port_offset) and port_taken(args_value(router_argv, '--host', '0.0.0.0'), port)
+    if not moved:
         return router_argv
     if opts.proxy_metrics_port:
         opts.proxy_metrics_port += opts.port_offset
@@ -935,12 +951,18 @@ def stop_children(children, timeout):
 def end_of_service(children, turn):
     """The service has ended (teardown): the children stop as a scancel would, the front one first; the job ends 0."""
     log('the service has ended (teardown, %s): the router stops' % turn.opts.service_end)
+    stop_front_first(turn, children)
+    return router_exited(0, turn.workers_file())
+
+
+def stop_front_first(turn, children):
+    """The hold (scale to zero) stops taking connections, the children stop as scancel would (the front one first,
+    each given --drain-timeout), then the hold ends with the last bytes of what the router answered."""
     if turn.hold is not None:
         turn.hold.stop()
     stop_children(children, turn.opts.drain_timeout)
     if turn.hold is not None:
-        turn.hold.stop(timeout=10.0)          # the last bytes of what the router answered
-    return router_exited(0, turn.workers_file())
+        turn.hold.stop(timeout=10.0)
 
 
 def hand_over(turn, sync, children, stopping=()):
@@ -967,11 +989,7 @@ def hand_over(turn, sync, children, stopping=()):
         time.sleep(turn.opts.sync_interval)
         sync_round(sync)
     since = time.monotonic()
-    if turn.hold is not None:
-        turn.hold.stop()
-    stop_children(children, turn.opts.drain_timeout)
-    if turn.hold is not None:
-        turn.hold.stop(timeout=10.0)          # the last bytes of what the router answered
+    stop_front_first(turn, children)
     log('handed over to job %s: stopped after %d s' % (other, time.monotonic() - since))
     return 0
 

@@ -323,6 +323,7 @@ class Scaler(object):
         self.recovered = False
         self.at_zero = False             # the last round found the service at zero replicas (least 0)
         self.burst_until = 0.0           # no burst replica submitted before then (a preemption's hold)
+        self.seen = {}                   # name -> the job id its address file named at the last round
 
     @property
     def plan(self):
@@ -365,11 +366,7 @@ class Scaler(object):
         # a replica whose file appeared but which the router does not list as healthy yet is still coming (for
         # JOIN_GRACE s from when its file was first seen, ours or not: after a router restart too; one whose node died
         # with its file there must not hold every decision)
-        for name in files:
-            self.joined.setdefault(name, now)
-        for name in [n for n in self.joined if n not in files]:
-            del self.joined[name]
-            self.preempted(now, name)
+        self.track(now, files)
         joining = [n for n, t in self.joined.items() if n not in serving and now - t < JOIN_GRACE]
         decision, why = self.policy.decide(now, load, len(serving), len(self.coming) + len(self.leaving) + len(joining),
                                            waiting, active)
@@ -379,6 +376,16 @@ class Scaler(object):
             self.down(now, files, serving, why)
         self.note_zero(now, files)
         return decision
+
+    def track(self, now, files):
+        """The replicas' address files this round: when each appeared (joined), the job each names (seen); one that
+        went may have gone for a preemption (preempted)."""
+        for name in files:
+            self.joined.setdefault(name, now)
+        for name in [n for n in self.joined if n not in files]:
+            del self.joined[name]
+            self.preempted(now, name, self.seen.get(name))
+        self.seen = dict((n, f[1]) for n, f in files.items())
 
     def note_zero(self, now, files):
         """A 'zero:' line in the scale log whenever the service comes to zero replicas (least 0), for whatever
@@ -396,9 +403,10 @@ class Scaler(object):
         if not free:
             return self.record(now, 'up: no free replica name (%s)' % why)
         name, comment = free[0]
-        if self.ended() or self.burst_args(name) and now < self.burst_until:
-            return self.record(now, 'up: %s not submitted, %s' % (name, 'the service ends (teardown, %s)' % self.cfg.service_end
-                                                                   if self.ended() else self.burst_wait(now, why)))
+        # (a preemption holds burst replicas while others serve; at zero a request's wake is never refused)
+        if self.ended() or self.burst_args(name) and now < self.burst_until and serving:
+            held = 'the service ends (teardown, %s)' % self.cfg.service_end if self.ended() else self.burst_wait(now, why)
+            return self.record(now, 'up: %s not submitted, %s' % (name, held))
         # one squeue for a job of that name already queued, and for the deploy's download, which a new replica waits
         # for while it is live (scale to zero: no replica of the deploy's waits for it)
         download = dict([self.cfg.download]) if len(self.cfg.download) == 2 else {}
@@ -428,10 +436,13 @@ class Scaler(object):
 
     def burst_args(self, name):
         """The sbatch arguments that send replica NAME to the preemptible partition or QOS (bursting: the replicas
-        numbered above the burst's ``from``), else []."""
+        numbered above the burst's ``from``), with --no-requeue: a preempted burst replica ends (PreemptMode=REQUEUE
+        cancels a job that may not be requeued) and the controller decides when another one comes; else []."""
         burst = self.cfg.burst
         names = [n for n, _c in self.plan]
-        return list(burst.get('args') or []) if name in names and names.index(name) >= int(burst.get('from', 0)) else []
+        if not burst.get('args') or name not in names or names.index(name) < int(burst.get('from', 0)):
+            return []
+        return list(burst['args']) + ['--no-requeue']
 
     def burst_wait(self, now, why):
         return 'a burst replica was preempted: none before %s (server_burst_hold; %s)' % (self.burst_clock(now), why)
@@ -440,30 +451,24 @@ class Scaler(object):
         """The end of the burst's hold by the wall clock (NOW and burst_until are the caller's monotonic seconds)."""
         return time.strftime('%H:%M:%S', time.localtime(time.time() + self.burst_until - now))
 
-    def preempted(self, now, name):
-        """Replica NAME's address file went; when its job said Slurm preempts it (serve.sbatch, on the preemption's
-        USR1: a file .NAME.preempted in the work dir with its job id), no burst replica is submitted for the burst's
-        hold, and the successor it may have submitted is cancelled: the controller does not fight the preemption."""
-        path = os.path.join(os.path.dirname(self.cfg.script), '.%s.preempted' % name)
+    def preempted(self, now, name, job_id):
+        """Replica NAME's address file, which named JOB_ID, went; when that job said Slurm preempts it (serve.sbatch,
+        on the preemption's USR1, before it leaves the router: .NAME-JOB_ID.preempted in the work dir), no burst
+        replica is submitted for the burst's hold while others serve, and the successor it may have submitted is
+        cancelled: the controller does not fight the preemption. No Slurm call but that scancel."""
+        path = os.path.join(os.path.dirname(self.cfg.script), '.%s-%s.preempted' % (name, job_id))
+        if not job_id:
+            return False
         try:
-            with open(path, encoding='utf-8') as handle:
-                job_id = handle.readline().strip()
             os.unlink(path)
         except OSError:
             return False
         self.burst_until = now + float(self.cfg.burst.get('hold', 600))
-        successor = self.successor_of(name, job_id) if job_id.isdigit() else None
+        successor = self.successor_of(name, job_id)
         said = self.slurm.cancel([successor]) if successor else None
-        # PreemptMode=REQUEUE puts the job back in the queue even when it ended in its grace time: Slurm's own way
-        # back (on the burst's next free node, after BeginTime), counted as coming, never a second job (one squeue)
-        queued = (self.slurm.live({name: dict(self.plan).get(name, '')}) or {}).get(name) or []
-        if queued:
-            self.coming[name] = [queued[-1], now, now]
-        self.record(now, 'preempted: %s (job %s) was preempted by Slurm and left the router, draining its requests; %s; '
-                         'no other burst replica before %s (server_burst_hold)%s' % (
-                             name, job_id or '?', 'Slurm requeued it (job %s, pending): counted as coming, it serves '
-                             'again when the burst has room' % queued[-1] if queued else 'not requeued',
-                             self.burst_clock(now), '' if not successor else '; its successor job %s %s' % (
+        self.record(now, 'preempted: %s (job %s) was preempted by Slurm and left the router, draining its requests; no '
+                         'other burst replica before %s while others serve (server_burst_hold)%s' % (
+                             name, job_id, self.burst_clock(now), '' if not successor else '; its successor job %s %s' % (
                                  successor, 'cancelled' if said is None else 'not cancelled: %s' % said)))
         return True
 
@@ -564,7 +569,8 @@ class Scaler(object):
 
     def recover(self, now, files):
         """Replicas an earlier router job's autoscaler took out of the router and had not cancelled when that job
-        ended (a handover, a restart): cancelled now, unless they serve again (the scale log says which)."""
+        ended (a handover, a restart): cancelled now, unless they serve again (the scale log says which). The hold of
+        the last preemption it recorded goes on."""
         left = {}
         try:
             with open(self.cfg.log, encoding='utf-8') as handle:
@@ -576,6 +582,8 @@ class Scaler(object):
                     match = SETTLED.match(text)
                     if match:
                         left.pop(match.group(1), None)
+                    if text.startswith('preempted: ') and line.split(' ', 1)[0].isdigit():
+                        self.burst_until = now + int(line.split(' ', 1)[0]) + float(self.cfg.burst.get('hold', 600)) - time.time()
         except OSError:
             return
         for name, job_id in sorted(left.items()):

@@ -95,20 +95,21 @@ glm_drain_why() {
   fi
 }
 
-# glm_preempted: whether Slurm is preempting this job, asked once its USR1 came (a preemption sends the job's own
-# --signal instead of SIGTERM with the site's PreemptParameters=send_user_signal; Slurm 24.11 src/interfaces/preempt.c
-# 452-455): `scontrol show job` has PreemptTime set then (src/api/job_info.c, "PreemptTime=", None while not
-# preempted) and EndTime pulled in to the preemption + GraceTime. Prints the seconds left to EndTime and succeeds;
-# fails for the time limit's USR1 or a deploy's (one scontrol, at a signal only).
+# glm_preempted FALLBACK: whether Slurm is preempting this job, asked once its USR1 came (a preemption sends the job's
+# own --signal instead of SIGTERM with the site's PreemptParameters=send_user_signal; Slurm 24.11
+# src/interfaces/preempt.c 452-455): `scontrol show job` has PreemptTime set then (src/api/job_info.c,
+# "PreemptTime=", None while not preempted; a requeue clears it) and EndTime pulled in to the preemption + GraceTime.
+# Prints the seconds left to EndTime (FALLBACK when it cannot be read: EndTime=Unknown for a job without a time
+# limit) and succeeds; fails for the time limit's USR1 or a deploy's (one scontrol, at a signal only). The standard
+# time format whatever the user's SLURM_TIME_FORMAT.
 glm_preempted() {
   local shown preempt end now
-  shown=$(scontrol show job "${SLURM_JOB_ID:-}" 2> /dev/null) || return 1
+  shown=$(SLURM_TIME_FORMAT=standard scontrol show job "${SLURM_JOB_ID:-}" 2> /dev/null) || return 1
   preempt=$(grep -o 'PreemptTime=[^ ]*' <<< "$shown" | head -n 1 | cut -d= -f2)
   case "$preempt" in ''|None|Unknown) return 1 ;; esac
   end=$(grep -o ' EndTime=[^ ]*' <<< "$shown" | head -n 1 | cut -d= -f2)
-  end=$(date -d "$end" +%s 2> /dev/null) || end=0
   now=$(date +%s)
-  echo $((end > now ? end - now : 0))
+  if end=$(date -d "$end" +%s 2> /dev/null) && [ "$end" -gt "$now" ]; then echo $((end - now)); else echo "${1:-60}"; fi
 }
 
 # glm_leave_router REPLICA_FILE: take this job's replica out of the router (the file, when it is still this job's: its

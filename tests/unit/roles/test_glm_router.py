@@ -104,7 +104,8 @@ def test_router_exited_gives_the_jobs_status_and_removes_the_workers_file(tmp_pa
     assert not workers.exists()
     assert glm_router.router_exited(3 << 8, None) == 3                     # exit(3)
     assert glm_router.router_exited(signal.SIGTERM, None) == 0             # our scancel, passed on
-    assert glm_router.router_exited(signal.SIGKILL, None) == 128 + signal.SIGKILL
+    # killed by another signal (the OOM killer): the status router.sbatch's loop starts the launcher again for
+    assert glm_router.router_exited(signal.SIGKILL, None) == glm_router.CHILD_KILLED == 75
     assert 'the router exited (0)' in capsys.readouterr().out
 
 
@@ -193,10 +194,11 @@ def test_a_child_of_the_launcher_dies_with_it_even_by_sigkill(tmp_path):
     child (the gateway) gets SIGTERM and ends instead of holding the router's port as an orphan."""
     import subprocess
     import time
-    script = ('import os, sys, time\nsys.path.insert(0, %r)\nimport glm_router\n'
-              'parent, libc = os.getpid(), glm_router.c_library()\n'
+    script = ('import os, signal, sys, time\nsys.path.insert(0, %r)\nimport glm_router\n'
+              'parent, prctl = os.getpid(), glm_router.c_prctl()\n'
+              'signal.signal(signal.SIGTERM, lambda *a: None)\n'   # the launcher's own handler: not the child's
               'child = os.fork()\n'
-              'if child == 0:\n    glm_router.die_with_parent(parent, libc)\n    time.sleep(60)\n    os._exit(0)\n'
+              'if child == 0:\n    glm_router.die_with_parent(parent, prctl)\n    time.sleep(60)\n    os._exit(0)\n'
               'print(child, flush=True)\ntime.sleep(60)\n' % os.path.dirname(glm_router.__file__))
     launcher = subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE, universal_newlines=True)
     child = int(launcher.stdout.readline())
@@ -242,3 +244,19 @@ def test_a_launcher_started_again_says_so_in_the_scale_log(capsys):
     assert 'restart: the controller started again in router job 42 (restart 2)' in capsys.readouterr().out
     glm_router.said_restart(turn, {'GLM_ROUTER_RESTARTS': '0'})       # the first start: nothing said
     assert capsys.readouterr().out == ''
+
+
+def test_a_launcher_started_again_keeps_the_ports_it_had(tmp_path):
+    """successor_ports after a kill (GLM_ROUTER_KILLED): the endpoint file names this job on router_port + offset:
+    the same moved ports; on router_port, or not this job's: the router's own (the port taken is its own gateway's,
+    finishing its requests, not a predecessor's)."""
+    endpoint = tmp_path / 'endpoint'
+    opts = glm_router.parse_options(OURS[:4] + ['--endpoint-file', str(endpoint), '--port-offset', '10'])[0]
+    argv = ['--host', '0.0.0.0', '--port', '30000', '--prometheus-port', '29000']
+    killed = {'GLM_ROUTER_KILLED': '9', 'SLURM_JOB_ID': '42'}
+    endpoint.write_text('GLM_BASE_URL=http://node3:30010/v1\nGLM_ROUTER_JOB=42\n')
+    assert glm_router.successor_ports(opts, list(argv), killed) == ['--host', '0.0.0.0', '--port', '30010', '--prometheus-port', '29010']
+    endpoint.write_text('GLM_BASE_URL=http://node3:30000/v1\nGLM_ROUTER_JOB=42\n')
+    assert glm_router.successor_ports(opts, list(argv), killed) == argv
+    endpoint.write_text('GLM_BASE_URL=http://node3:30010/v1\nGLM_ROUTER_JOB=41\n')
+    assert glm_router.successor_ports(opts, list(argv), killed) == argv

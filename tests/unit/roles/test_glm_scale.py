@@ -487,7 +487,8 @@ def test_stale_replicas_leave_one_at_a_time_and_not_the_last_one_serving_under_l
 
 def test_replicas_above_the_bursts_from_go_to_the_preemptible_partition(tmp_path):
     """server_burst_partition/qos: the replicas numbered above the burst's from get its sbatch arguments (after the
-    deploy's), those below not; no burst settings (an earlier release's file), none."""
+    deploy's) and --no-requeue (a preempted one ends: the controller decides when another comes), those below not;
+    no burst settings (an earlier release's file), none."""
     scaler, work, said = make(tmp_path, least=1, most=3, up_after=0, cooldown=0,
                               burst={'args': ['--partition=gpu-burst', '--qos=scavenger'], 'from': 2, 'hold': 600})
     sync = Sync()
@@ -496,69 +497,83 @@ def test_replicas_above_the_bursts_from_go_to_the_preemptible_partition(tmp_path
     assert scaler.slurm.calls[-1][-1] == ('--mem=10G',)                     # s-2: not above from=2
     serve(work, sync, 's-2', 'http://node2:30000', '101')
     assert scaler.round(1.0, sync, lambda url: 20) == glm_scale.UP
-    assert scaler.slurm.calls[-1][1] == 's-3' and scaler.slurm.calls[-1][-1] == ('--mem=10G', '--partition=gpu-burst', '--qos=scavenger')
-    assert 'up: s-3 submitted as job 102 to burst (--partition=gpu-burst --qos=scavenger)' in said[-1]
+    assert scaler.slurm.calls[-1][1] == 's-3'
+    assert scaler.slurm.calls[-1][-1] == ('--mem=10G', '--partition=gpu-burst', '--qos=scavenger', '--no-requeue')
+    assert 'up: s-3 submitted as job 102 to burst (--partition=gpu-burst --qos=scavenger --no-requeue)' in said[-1]
     plain, _work, _said = make(tmp_path / 'plain')
     assert plain.cfg.burst == {} and plain.burst_args('s-3') == []
 
 
+def preempt(work, sync, name, url, job_id, successor=None):
+    """What serve.sbatch does at a preemption's USR1: .NAME-JOB.preempted, then the replica leaves the router."""
+    (work / ('.%s-%s.preempted' % (name, job_id))).write_text('')
+    if successor:
+        (work / ('.%s-%s.successor' % (name, job_id))).write_text('%s\n1700000000\n' % successor)
+    (work / 'replicas' / (name + '.url')).unlink()
+    del sync.current[url]
+
+
+def burst_scaler(tmp_path, least=1):
+    scaler, work, said = make(tmp_path, least=least, most=2, up_after=0, cooldown=0,
+                              burst={'args': ['--partition=gpu-burst'], 'from': least, 'hold': 300})
+    return scaler, work, said, Sync()
+
+
 def test_a_preempted_burst_replica_holds_the_next_burst_and_its_successor_is_cancelled(tmp_path):
-    """serve.sbatch writes .NAME.preempted (its job id) when Slurm's USR1 came with a preemption, then leaves the
-    router: the controller says so, cancels the successor that replica submitted, and submits no burst replica for
-    the hold, however high the load; after it, it does again. A replica that leaves for any other reason holds
-    nothing."""
-    scaler, work, said = make(tmp_path, least=1, most=2, up_after=0, cooldown=0,
-                              burst={'args': ['--partition=gpu-burst'], 'from': 1, 'hold': 300})
-    sync = Sync()
-    serve(work, sync, 's', 'http://node1:30000', '11')
-    serve(work, sync, 's-2', 'http://node2:30000', '12')
-    busy = {'http://node1:30000': 2, 'http://node2:30000': 2}.get
-    assert scaler.round(0.0, sync, busy) is None
-    (work / '.s-2.preempted').write_text('12\n')
-    (work / '.s-2-12.successor').write_text('13\n1700000000\n')
-    (work / 'replicas' / 's-2.url').unlink()
-    del sync.current['http://node2:30000']
-    assert scaler.round(5.0, sync, lambda url: 20) == glm_scale.UP            # at once: held, not submitted
-    assert 'up: s-2 not submitted, a burst replica was preempted: none before' in said[-1]
-    assert [l for l in said if l.startswith('scale preempted:')][0].startswith(
-        'scale preempted: s-2 (job 12) was preempted by Slurm and left the router, draining its requests; not requeued; '
-        'no other burst replica before ')
-    assert 'its successor job 13 cancelled' in [l for l in said if 'preempted:' in l][0]
-    assert ('scancel', '13') in scaler.slurm.calls and not (work / '.s-2.preempted').exists()
-    assert ('squeue --name', 's-2') in scaler.slurm.calls                      # one look for Slurm's requeue
-    assert not [c for c in scaler.slurm.calls if c[0] == 'sbatch']
-    assert scaler.round(100.0, sync, lambda url: 20) == glm_scale.UP           # the load wants one: not a burst one
-    assert 'up: s-2 not submitted, a burst replica was preempted: none before' in said[-1]
-    assert not [c for c in scaler.slurm.calls if c[0] == 'sbatch']
-    assert scaler.round(306.0, sync, lambda url: 20) == glm_scale.UP
-    assert scaler.slurm.calls[-1][0] == 'sbatch' and scaler.slurm.calls[-1][-1] == ('--mem=10G', '--partition=gpu-burst')
-    # a replica that left without the file (a scale-down elsewhere, a crash): no hold
-    other, work2, said2 = make(tmp_path / 'other', least=1, most=2, up_after=0, cooldown=0,
-                               burst={'args': ['--partition=gpu-burst'], 'from': 1, 'hold': 300})
-    sync2 = Sync()
-    serve(work2, sync2, 's', 'http://node1:30000', '11')
-    serve(work2, sync2, 's-2', 'http://node2:30000', '12')
-    assert other.round(0.0, sync2, busy) is None
-    (work2 / 'replicas' / 's-2.url').unlink()
-    del sync2.current['http://node2:30000']
-    assert other.round(5.0, sync2, lambda url: 20) == glm_scale.UP and other.slurm.calls[-1][0] == 'sbatch'
-    assert not [l for l in said2 if 'preempted' in l]
-
-
-def test_a_preempted_replica_that_slurm_requeued_counts_as_coming(tmp_path):
-    """PreemptMode=REQUEUE: Slurm puts the preempted job back in the queue (even when it ended in its grace time); the
-    controller finds it (one squeue) and counts it as coming: no second job for the same need."""
-    scaler, work, said = make(tmp_path, least=1, most=2, up_after=0, cooldown=0,
-                              burst={'args': ['--partition=gpu-burst'], 'from': 1, 'hold': 300})
-    sync = Sync()
+    """The controller reads the preemption's file when the replica's address file goes (no Slurm call), says so,
+    cancels the successor that replica submitted, and submits no burst replica for the hold while another serves,
+    however high the load; after it, it does again. No squeue for a requeue: the burst job may not be requeued."""
+    scaler, work, said, sync = burst_scaler(tmp_path)
     serve(work, sync, 's', 'http://node1:30000', '11')
     serve(work, sync, 's-2', 'http://node2:30000', '12')
     assert scaler.round(0.0, sync, lambda url: 2) is None
-    (work / '.s-2.preempted').write_text('12\n')
+    preempt(work, sync, 's-2', 'http://node2:30000', '12', successor='13')
+    assert scaler.round(5.0, sync, lambda url: 20) == glm_scale.UP            # at once: held, not submitted
+    assert 'up: s-2 not submitted, a burst replica was preempted: none before' in said[-1]
+    line = [l for l in said if l.startswith('scale preempted:')][0]
+    assert line.startswith('scale preempted: s-2 (job 12) was preempted by Slurm and left the router, draining its '
+                           'requests; no other burst replica before ') and 'its successor job 13 cancelled' in line
+    assert scaler.slurm.calls == [('scancel', '13')] and not (work / '.s-2-12.preempted').exists()
+    assert scaler.round(100.0, sync, lambda url: 20) == glm_scale.UP and scaler.slurm.calls == [('scancel', '13')]
+    assert scaler.round(306.0, sync, lambda url: 20) == glm_scale.UP
+    assert scaler.slurm.calls[-1][0] == 'sbatch' and scaler.slurm.calls[-1][-1] == ('--mem=10G', '--partition=gpu-burst', '--no-requeue')
+
+
+def test_a_replica_that_left_without_a_preemption_or_with_another_jobs_file_holds_nothing(tmp_path):
+    """A replica that left for any other reason (a crash, a scale-down elsewhere), or a preemption file of another job
+    of that name (one preempted while it loaded, before it served): no hold."""
+    scaler, work, said, sync = burst_scaler(tmp_path)
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    serve(work, sync, 's-2', 'http://node2:30000', '12')
+    assert scaler.round(0.0, sync, lambda url: 2) is None
+    (work / '.s-2-9.preempted').write_text('')
     (work / 'replicas' / 's-2.url').unlink()
     del sync.current['http://node2:30000']
-    scaler.slurm.queued['s-2'] = [('12', 'glm.serve:s:replica:2')]
-    assert scaler.round(5.0, sync, lambda url: 20) is None                    # coming: nothing decided
-    assert 'Slurm requeued it (job 12, pending): counted as coming' in [l for l in said if 'preempted:' in l][0]
-    assert scaler.coming == {'s-2': ['12', 5.0, 5.0]}
-    assert not [c for c in scaler.slurm.calls if c[0] in ('sbatch', 'scancel')]
+    assert scaler.round(5.0, sync, lambda url: 20) == glm_scale.UP and scaler.slurm.calls[-1][0] == 'sbatch'
+    assert not [l for l in said if 'preempted' in l] and (work / '.s-2-9.preempted').exists()
+
+
+def test_a_wake_from_zero_is_never_held_by_a_preemption(tmp_path):
+    """Scale to zero with bursting (from 0: every replica bursts): after the only replica was preempted, the next
+    request's wake submits one at once (a hold there would leave it waiting for the whole bound, then 503)."""
+    scaler, work, said, sync = burst_scaler(tmp_path, least=0)
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(0.0, sync, lambda url: 2) is None
+    preempt(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(5.0, sync, lambda url: 0, waiting=1) == glm_scale.UP
+    assert scaler.slurm.calls[-1][0] == 'sbatch' and scaler.slurm.calls[-1][-1] == ('--mem=10G', '--partition=gpu-burst', '--no-requeue')
+
+
+def test_a_new_launcher_keeps_the_hold_of_a_preemption_the_last_one_recorded(tmp_path):
+    """recover: a 'preempted:' line of the scale log within the hold (a launcher started again, a router handover):
+    the hold goes on; an older one does not."""
+    import time as clock
+    scaler, work, said, sync = burst_scaler(tmp_path)
+    (work / 'scale.log').write_text('%d 2026-12-06T04:00:00 preempted: s-2 (job 12) was preempted by Slurm\n' % (clock.time() - 100))
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    assert scaler.round(1000.0, sync, lambda url: 20) == glm_scale.UP and 'not submitted' in said[-1]
+    assert 1195 < scaler.burst_until < 1205                                     # 300 - 100 s left
+    other, work2, said2, sync2 = burst_scaler(tmp_path / 'old')
+    (work2 / 'scale.log').write_text('%d 2026-12-06T04:00:00 preempted: s-2 (job 12) was preempted\n' % (clock.time() - 400))
+    serve(work2, sync2, 's', 'http://node1:30000', '11')
+    assert other.round(1000.0, sync2, lambda url: 20) == glm_scale.UP and other.slurm.calls[-1][0] == 'sbatch'
