@@ -227,7 +227,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=5
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=5$(preempt_signal_conf scheduler)
 PriorityType=priority/basic
 SlurmdParameters=config_overrides
 ReturnToService=2
@@ -237,10 +237,11 @@ TaskProlog=$D/etc/task_prolog.sh
 KillWait=5
 # Preemption as a site with a preemptible partition sets it (slurm.conf(5); src/plugins/preempt/partition_prio): a job
 # of a higher PriorityTier takes the nodes of gpu-burst's jobs, which get GraceTime s and the job's own --signal
-# (send_user_signal: B:USR1, the replicas' drain; else SIGTERM to the steps only), then are requeued.
+# (send_user_signal: B:USR1, the replicas' drain; else SIGTERM to the steps only), then are requeued. Slurm 22.05
+# spells it SchedulerParameters=preempt_send_user_signal (PreemptParameters came in 23.02: its sacctmgr refuses the key).
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-PreemptParameters=send_user_signal
+$(preempt_signal_conf)
 MinJobAge=$MIN_JOB_AGE
 InactiveLimit=0
 MailProg=/bin/true
@@ -281,6 +282,19 @@ EOF
   # mount: "disabled" exists from 24.05 (22.05 on the host needs no cgroup.conf)
   if [ -n "$IN_ROOT" ]; then echo 'CgroupPlugin=disabled' | write_if_changed "$D/etc/cgroup.conf"; fi
   write_slurmdbd_conf
+}
+
+# preempt_signal_conf [scheduler]: the preemption sends the job's own --signal (PreemptParameters=send_user_signal
+# from Slurm 23.02; before, SchedulerParameters' preempt_send_user_signal): the line, or with "scheduler" the
+# SchedulerParameters option to append
+preempt_signal_conf() {
+  local major
+  major=$(slurm_version | cut -d. -f1)
+  if [ "${major:-0}" -ge 23 ]; then
+    [ -n "${1:-}" ] || echo 'PreemptParameters=send_user_signal'
+  else
+    if [ -n "${1:-}" ]; then echo ',preempt_send_user_signal'; else echo '# PreemptParameters: SchedulerParameters above'; fi
+  fi
 }
 
 accounting_conf() {
