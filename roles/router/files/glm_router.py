@@ -344,18 +344,24 @@ def endpoint_vars(path):
         return {}
 
 
-def port_taken(host, port):
-    """True when HOST:PORT cannot be bound now because something listens there (the router job this one succeeds,
-    on the same node); a port in TIME_WAIT does not count (SO_REUSEADDR, as the gateway binds)."""
+def bind_error(host, port):
+    """The errno of binding HOST:PORT now (None when it can be bound), as the gateway binds: SO_REUSEADDR, so that a
+    port in TIME_WAIT does not count; EADDRINUSE when something listens there."""
     probe = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, port))
-        return False
-    except OSError:
-        return True
+        return None
+    except OSError as error:
+        return error.errno
     finally:
         probe.close()
+
+
+def port_taken(host, port):
+    """True when HOST:PORT cannot be bound now because something listens there (the router job this one succeeds,
+    on the same node); a port in TIME_WAIT does not count."""
+    return bind_error(host, port) is not None
 
 
 def shift_ports(router_argv, offset, flags=('--port', '--prometheus-port')):
@@ -536,26 +542,17 @@ def wait_for_ports(host, ports, timeout=PORT_WAIT, sleep=time.sleep):
     never get the replicas: the case of a launcher killed with its gateway left running."""
     deadline, said = time.monotonic() + timeout, False
     for port in [p for p in ports if p]:
-        while True:
-            probe = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)      # as the gateway binds: TIME_WAIT is no use
-            try:
-                probe.bind((host, port))
-                break
-            except OSError as error:
-                if error.errno != errno.EADDRINUSE:
-                    break                # the gateway says what is wrong with the address itself
-                if time.monotonic() >= deadline:
-                    raise SystemExit('%s port %d of %s is in use after %d s: another process listens on it (a gateway '
-                                     'left by an earlier router job, or another service); free it (ss -ltnp on the node) '
-                                     'or choose another router_port' % (LOG_PREFIX, port, host, timeout))
-                if not said:
-                    said = True
-                    log('port %d of %s is in use; waiting up to %d s for it (a gateway of a launcher killed before '
-                        'finishing its requests)' % (port, host, timeout))
-                sleep(0.5)
-            finally:
-                probe.close()
+        # another error than EADDRINUSE: the gateway says what is wrong with the address itself
+        while bind_error(host, port) == errno.EADDRINUSE:
+            if time.monotonic() >= deadline:
+                raise SystemExit('%s port %d of %s is in use after %d s: another process listens on it (a gateway '
+                                 'left by an earlier router job, or another service); free it (ss -ltnp on the node) '
+                                 'or choose another router_port' % (LOG_PREFIX, port, host, timeout))
+            if not said:
+                said = True
+                log('port %d of %s is in use; waiting up to %d s for it (a gateway of a launcher killed before '
+                    'finishing its requests)' % (port, host, timeout))
+            sleep(0.5)
 
 
 def start_router(router_argv, key, replicas_dir, proxied=False):

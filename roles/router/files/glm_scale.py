@@ -403,8 +403,9 @@ class Scaler(object):
         if not free:
             return self.record(now, 'up: no free replica name (%s)' % why)
         name, comment = free[0]
+        burst = self.burst_args(name)
         # (a preemption holds burst replicas while others serve; at zero a request's wake is never refused)
-        if self.ended() or self.burst_args(name) and now < self.burst_until and serving:
+        if self.ended() or burst and now < self.burst_until and serving:
             held = 'the service ends (teardown, %s)' % self.cfg.service_end if self.ended() else self.burst_wait(now, why)
             return self.record(now, 'up: %s not submitted, %s' % (name, held))
         # one squeue for a job of that name already queued, and for the deploy's download, which a new replica waits
@@ -419,7 +420,7 @@ class Scaler(object):
             return self.record(now, 'up: %s, job %s already queued, counted as coming (%s)' % (name, live[-1], why))
         bad = fresh_bad_nodes(self.cfg.bad_nodes_file, self.cfg.bad_node_ttl) if self.cfg.bad_nodes_file else []
         waits = [j for n in download for j in found.get(n, [])][-1:]
-        args = avoiding(self.cfg.sbatch_args, bad) + self.burst_args(name) + ['--dependency=afterok:' + j for j in waits]
+        args = avoiding(self.cfg.sbatch_args, bad) + burst + ['--dependency=afterok:' + j for j in waits]
         job_id, said = self.slurm.submit(name, comment, self.cfg.script, args)
         if job_id is None:
             self.failures += 1
@@ -430,7 +431,7 @@ class Scaler(object):
             return self.record(now, 'up: %s (job %s) cancelled at once, the service ends (teardown)' % (name, job_id))
         self.coming[name] = [job_id, now, now]
         return self.record(now, 'up: %s submitted as job %s%s%s%s (%s)' % (
-            name, job_id, ' to burst (%s)' % ' '.join(self.burst_args(name)) if self.burst_args(name) else '',
+            name, job_id, ' to burst (%s)' % ' '.join(burst) if burst else '',
             ', avoiding ' + ','.join(bad) if bad else '',
             ', after the download (job %s)' % waits[0] if waits else '', why))
 
@@ -444,6 +445,11 @@ class Scaler(object):
             return []
         return list(burst['args']) + ['--no-requeue']
 
+    @property
+    def burst_hold(self):
+        """Seconds without a burst submission after a preemption (server_burst_hold)."""
+        return float(self.cfg.burst.get('hold', 600))
+
     def burst_wait(self, now, why):
         return 'a burst replica was preempted: none before %s (server_burst_hold; %s)' % (self.burst_clock(now), why)
 
@@ -456,14 +462,13 @@ class Scaler(object):
         on the preemption's USR1, before it leaves the router: .NAME-JOB_ID.preempted in the work dir), no burst
         replica is submitted for the burst's hold while others serve, and the successor it may have submitted is
         cancelled: the controller does not fight the preemption. No Slurm call but that scancel."""
-        path = os.path.join(os.path.dirname(self.cfg.script), '.%s-%s.preempted' % (name, job_id))
         if not job_id:
             return False
         try:
-            os.unlink(path)
+            os.unlink(os.path.join(os.path.dirname(self.cfg.script), '.%s-%s.preempted' % (name, job_id)))
         except OSError:
             return False
-        self.burst_until = now + float(self.cfg.burst.get('hold', 600))
+        self.burst_until = now + self.burst_hold
         successor = self.successor_of(name, job_id)
         said = self.slurm.cancel([successor]) if successor else None
         self.record(now, 'preempted: %s (job %s) was preempted by Slurm and left the router, draining its requests; no '
@@ -583,7 +588,7 @@ class Scaler(object):
                     if match:
                         left.pop(match.group(1), None)
                     if text.startswith('preempted: ') and line.split(' ', 1)[0].isdigit():
-                        self.burst_until = now + int(line.split(' ', 1)[0]) + float(self.cfg.burst.get('hold', 600)) - time.time()
+                        self.burst_until = now + int(line.split(' ', 1)[0]) + self.burst_hold - time.time()
         except OSError:
             return
         for name, job_id in sorted(left.items()):
