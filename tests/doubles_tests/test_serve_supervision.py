@@ -37,11 +37,29 @@ SRUN = """#!/usr/bin/env bash
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
 exec "$@"
 """
+# scontrol's stand-in, for the one call the script makes (glm_preempted, at Slurm's USR1): `scontrol show job ID` as
+# Slurm prints it (src/api/job_info.c: "EndTime=", "PreemptTime=" None until the job is preempted, then the
+# preemption's time and EndTime pulled in to it + GraceTime; Slurm 24.11 on the test bed, the standard time format).
+# The control dir's "scontrol-preempted" (its text: the grace seconds) makes this job a preempted one; without it the
+# USR1 is the time limit's. Outside Slurm there is no controller to ask, and the real scontrol would spend ~18 s
+# failing to connect (measured here).
+SCONTROL = """#!/usr/bin/env bash
+[ "$1 $2" = "show job" ] || { echo "scontrol stand-in: only 'show job'" >&2; exit 2; }
+grace=$(cat "$GLM_STANDIN_CONTROL/scontrol-preempted" 2> /dev/null)
+fmt=%Y-%m-%dT%H:%M:%S
+if [ -n "$grace" ]; then
+  preempt=$(date +$fmt); end=$(date -d "+$grace seconds" +$fmt)
+else
+  preempt=None; end=$(date -d "+120 seconds" +$fmt)
+fi
+echo "JobId=$3 JobName=$SLURM_JOB_NAME Partition=gpu StartTime=2026-12-06T04:00:00 EndTime=$end Deadline=N/A"
+echo "   PreemptEligibleTime=2026-12-06T04:00:00 PreemptTime=$preempt SuspendTime=None SecsPreSuspend=0"
+"""
 
 
 def make_job(tmp_path_factory, model_dir, **settings):
     """A work dir with the rendered server script (restarts 2, 1 s apart, and SETTINGS), the key, the model, and a
-    bin/ with the srun shim and nvidia-smi's stand-in; returns (work, port, control, start(job_id) -> Popen)."""
+    bin/ with the srun shim, scontrol's and nvidia-smi's stand-ins; returns (work, port, control, start(job_id) -> Popen)."""
     base = tmp_path_factory.mktemp("supervision")
     work, port = base / "work", free_port()
     (base / "render.yml").write_text(PLAYBOOK)
@@ -59,8 +77,9 @@ def make_job(tmp_path_factory, model_dir, **settings):
     (work / "api-key").chmod(0o600)
     bin_dir = base / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text(SRUN)
-    (bin_dir / "srun").chmod(0o755)
+    for tool, text in (("srun", SRUN), ("scontrol", SCONTROL)):
+        (bin_dir / tool).write_text(text)
+        (bin_dir / tool).chmod(0o755)
     os.symlink(os.path.join(STANDINS, "node-bin", "nvidia-smi"), bin_dir / "nvidia-smi")
     control = base / "control"
     control.mkdir()
@@ -204,7 +223,31 @@ def test_usr1_before_the_time_limit_drains_the_replica_and_ends_the_job_complete
         assert "the time limit is 120 s away (server_drain_before): left the router" in text
         assert "SGLang stopped" in text and "restart" not in text
         assert sglang_pid("45") is None and not (work / ".glm-serve-2-45.stop").exists()
+        assert not (work / ".glm-serve-2-45.preempted").exists()
     finally:
+        stop(proc)
+
+
+def test_usr1_of_a_preemption_tells_the_autoscaler_and_drains_within_the_grace_time(job):
+    """The same USR1 sent at a preemption (PreemptParameters=send_user_signal): `scontrol show job` has PreemptTime
+    set; the replica writes the file the router's autoscaler reads (.NAME-JOBID.preempted) before it leaves the
+    router, drains until the EndTime Slurm pulled in, and ends 0."""
+    work, _port, control, start = job
+    url_file = work / "replicas" / "glm-serve-2.url"
+    proc = start("46")
+    try:
+        assert wait_for(url_file.exists, timeout=60)
+        (control / "scontrol-preempted").write_text("30")
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert wait_for(lambda: not url_file.exists(), timeout=5)
+        assert (work / ".glm-serve-2-46.preempted").exists()
+        assert proc.wait(timeout=40) == 0
+        text = (work / "glm-serve-2-46.out").read_text()
+        assert "Slurm preempts this job (its grace time ends in " in text, text[-2000:]
+        assert "SGLang stopped" in text and "restart" not in text
+    finally:
+        (control / "scontrol-preempted").unlink(missing_ok=True)
+        (work / ".glm-serve-2-46.preempted").unlink(missing_ok=True)
         stop(proc)
 
 

@@ -461,6 +461,27 @@ def test_a_preemption_is_told_apart_from_the_time_limit(tmp_path):
     # no EndTime to read (a job without a time limit): the drain's own seconds
     proc, _argv = run_functions(tmp_path, "source %s; glm_preempted 120" % ready, base % ("Unknown", clock.strftime(fmt)))
     assert proc.stdout.strip() == "120", (proc.stdout, proc.stderr)
+    # a controller that does not answer (restarting; the real scontrol spends ~18 s failing to connect): after 5 s
+    # the USR1 is taken for the time limit's, and the replica leaves the router
+    (tmp_path / "bin" / "scontrol").write_text("#!/bin/sh\nexec sleep 30\n")
+    began = clock.monotonic()
+    proc = subprocess.run(["bash", "-c", "source %s; glm_preempted 120 || echo no" % ready], capture_output=True,
+                          env=dict(os.environ, PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"]), SLURM_JOB_ID="41"),
+                          text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "no" and clock.monotonic() - began < 8, (proc.stdout, clock.monotonic() - began)
+
+
+def test_a_usr1_as_the_gate_ends_does_not_hang_the_job():
+    """The job's helpers are ended by glm_end_children, not bash's `wait`: a trapped USR1 that comes while bash reaps
+    the gate leaves bash's job table with the gate running, and `wait GATE` never returned (the replica stayed in the
+    router; make test failed on it in CI). Here the gate signals the script as it ends, 200 times: with `kill; wait`
+    this hung within the first 3 (bash 5.2.15); with glm_end_children all 200 end (5.5 s)."""
+    ready = os.path.join(os.path.dirname(SUCCESSOR_FUNCTIONS), "serve_ready.bash")
+    script = ('source %s; trap "DRAIN=1" USR1; for i in $(seq 1 200); do DRAIN=; sleep 30 & S=$!; '
+              '(sleep 0.02; kill -USR1 $$) & G=$!; wait "$S"; glm_end_children "$G"; [ -n "$DRAIN" ] || exit 3; '
+              'kill "$S"; done; echo ended' % shlex.quote(ready))
+    proc = subprocess.run(["timeout", "30", "bash", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ended", (proc.returncode, proc.stdout, proc.stderr[-500:])
 
 
 def test_the_services_end_stops_the_successors(tmp_path):

@@ -95,16 +95,30 @@ glm_drain_why() {
   fi
 }
 
+# glm_end_children PID...: end the job's helpers (the health gate, the activity watcher) and wait until they are gone.
+# Not bash's `wait`: when a trapped signal (Slurm's USR1) comes while bash reaps one of them, the trap runs but bash's
+# job table keeps that child as running, and `wait PID` never returns (bash 5.2.15: 3 of 150 tries here with the USR1
+# sent as the gate ended; the replica stayed in the router until the job's end). `kill -0` asks the kernel instead.
+glm_end_children() {
+  local pid
+  kill "$@" 2> /dev/null || true
+  for pid in "$@"; do
+    while kill -0 "$pid" 2> /dev/null; do sleep 0.1; done
+  done
+}
+
 # glm_preempted FALLBACK: whether Slurm is preempting this job, asked once its USR1 came (a preemption sends the job's
 # own --signal instead of SIGTERM with the site's PreemptParameters=send_user_signal; Slurm 24.11
 # src/interfaces/preempt.c 452-455): `scontrol show job` has PreemptTime set then (src/api/job_info.c,
 # "PreemptTime=", None while not preempted; a requeue clears it) and EndTime pulled in to the preemption + GraceTime.
 # Prints the seconds left to EndTime (FALLBACK when it cannot be read: EndTime=Unknown for a job without a time
 # limit) and succeeds; fails for the time limit's USR1 or a deploy's (one scontrol, at a signal only). The standard
-# time format whatever the user's SLURM_TIME_FORMAT.
+# time format whatever the user's SLURM_TIME_FORMAT. Bounded to 5 s: a controller that does not answer (restarting:
+# scontrol retries its connect for ~18 s, measured on the test bed) must not hold the replica in the router; it is
+# then taken for the time limit's USR1 (the drain's own seconds).
 glm_preempted() {
   local shown preempt end now
-  shown=$(SLURM_TIME_FORMAT=standard scontrol show job "${SLURM_JOB_ID:-}" 2> /dev/null) || return 1
+  shown=$(SLURM_TIME_FORMAT=standard timeout 5 scontrol show job "${SLURM_JOB_ID:-}" 2> /dev/null) || return 1
   preempt=$(grep -o 'PreemptTime=[^ ]*' <<< "$shown" | head -n 1 | cut -d= -f2)
   case "$preempt" in ''|None|Unknown) return 1 ;; esac
   end=$(grep -o ' EndTime=[^ ]*' <<< "$shown" | head -n 1 | cut -d= -f2)
