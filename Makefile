@@ -157,8 +157,18 @@ test-ansible-ci: setup cluster ## the same on the oldest and the newest claimed 
 sglang-cli: ## a venv with the real SGLang 0.5.21 CLI parser (CPU torch), for checking rendered commands
 	tests/tooling/sglang_cli/setup.sh
 
+# The stand-ins' tests (no Slurm; mostly waiting: the CPU was 90-98 % idle through them) run beside the cluster's, their
+# output in tests/output/pytest-doubles.log and its end shown after; each pytest's exit status counts. Their fake job ids
+# (90000NN) are far above any the local cluster reaches, so neither finds the other's SGLang stand-ins.
 pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins, the router launcher, and integration on the local cluster
-	pytest -p no:cacheprovider --durations=40 -m "not continuity" tests/doubles_tests tests/integration < /dev/null
+	@mkdir -p tests/output
+	pytest -p no:cacheprovider --durations=15 -m "not continuity" tests/doubles_tests < /dev/null > tests/output/pytest-doubles.log 2>&1 & \
+	doubles=$$!; \
+	pytest -p no:cacheprovider --durations=40 -m "not continuity" tests/integration < /dev/null; rc=$$?; \
+	wait $$doubles; doubles_rc=$$?; \
+	printf '\n==> tests/doubles_tests, run beside tests/integration (exit %s; tests/output/pytest-doubles.log ends):\n' "$$doubles_rc"; \
+	tail -n 40 tests/output/pytest-doubles.log; \
+	[ "$$rc" -eq 0 ] && [ "$$doubles_rc" -eq 0 ]
 
 continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that take minutes (a requeued replica: Slurm holds it 120 s), not in make test
 	pytest -p no:cacheprovider -s -m continuity tests/integration < /dev/null

@@ -128,35 +128,35 @@ def stop(proc):
 def test_the_gate_then_a_crash_restarted_in_the_job_then_the_bound(job):
     work, port, _control, start = job
     url_file = work / "replicas" / "glm-serve-2.url"
-    log = work / "glm-serve-2-41.out"
-    proc = start("41")
+    log = work / "glm-serve-2-900041.out"
+    proc = start("900041")
     try:
         # the replica announces itself only once /health, /v1/models and a chat answered with the key
         assert wait_for(url_file.exists, timeout=60), log.read_text()[-3000:]
         text = log.read_text()
         assert "health gate passed: /health, /v1/models and a chat answer with the key on http://127.0.0.1:%d" % port in text
-        assert url_file.read_text() == "http://127.0.0.1:%d\n41\n" % port
+        assert url_file.read_text() == "http://127.0.0.1:%d\n900041\n" % port
         assert KEY not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
-        assert (work / ".glm-serve-2-41.curl").stat().st_mode & 0o777 == 0o600
+        assert (work / ".glm-serve-2-900041.curl").stat().st_mode & 0o777 == 0o600
         # two crashes: each time the replica leaves the router, SGLang starts again in the job (GPU check first) and
         # the replica joins again once it passed the gate
         for restart, delay in ((1, 1), (2, 2)):
-            first = sglang_pid("41")
+            first = sglang_pid("900041")
             assert first
             os.kill(first, signal.SIGKILL)
             assert wait_for(lambda: not url_file.exists(), timeout=10)
             assert wait_for(lambda: "restart %d of 2 in %d s" % (restart, delay) in log.read_text(), timeout=10)
             assert wait_for(url_file.exists, timeout=60), log.read_text()[-3000:]
-            assert sglang_pid("41") not in (None, first)
+            assert sglang_pid("900041") not in (None, first)
             assert proc.poll() is None
         text = log.read_text()
         assert text.count("gpu-check: 127.0.0.1: 8 GPUs ok") == 3 and text.count("health gate passed") == 3
         # the third crash is beyond server_restarts=2: the job ends with SGLang's status (SIGKILL: 137) and says why
-        os.kill(sglang_pid("41"), signal.SIGKILL)
+        os.kill(sglang_pid("900041"), signal.SIGKILL)
         assert proc.wait(timeout=20) == 137
         assert "restarted 2 times in this job already (server_restarts=2): the job ends" in log.read_text()
-        assert not url_file.exists() and not (work / ".glm-serve-2-41.curl").exists()
-        assert not (work / ".glm-serve-2-41.yaml").exists() and not (work / ".glm-serve-2-41.ready").exists()
+        assert not url_file.exists() and not (work / ".glm-serve-2-900041.curl").exists()
+        assert not (work / ".glm-serve-2-900041.yaml").exists() and not (work / ".glm-serve-2-900041.ready").exists()
     finally:
         stop(proc)
 
@@ -167,13 +167,13 @@ def test_the_gpu_check_before_a_restart_can_end_the_job_as_a_bad_node(job):
     on it."""
     work, _port, control, start = job
     url_file = work / "replicas" / "glm-serve-2.url"
-    proc = start("42")
+    proc = start("900042")
     try:
         assert wait_for(url_file.exists, timeout=60)
         (control / "gpu-busy").write_text("3")
-        os.kill(sglang_pid("42"), signal.SIGKILL)
+        os.kill(sglang_pid("900042"), signal.SIGKILL)
         assert proc.wait(timeout=30) == 75
-        text = (work / "glm-serve-2-42.out").read_text()
+        text = (work / "glm-serve-2-900042.out").read_text()
         assert "restart 1 of 2 in 1 s" in text and "gpu-check: FAILED on 127.0.0.1: GPU 3" in text
         assert not url_file.exists()
     finally:
@@ -187,21 +187,21 @@ def test_an_error_before_sglang_served_ends_the_job_at_once(job):
     work, _port, control, start = job
     (control / "sglang-fail").write_text("oom")
     try:
-        proc = start("43")
+        proc = start("900043")
         assert proc.wait(timeout=30) == 1
     finally:
         (control / "sglang-fail").unlink()
         stop(proc)
-    assert "restart" not in (work / "glm-serve-2-43.out").read_text()
+    assert "restart" not in (work / "glm-serve-2-900043.out").read_text()
     assert not (work / "replicas" / "glm-serve-2.url").exists()
-    proc = start("44")
+    proc = start("900044")
     try:
         assert wait_for((work / "replicas" / "glm-serve-2.url").exists, timeout=60)
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=20) == 143
         time.sleep(1)
-        assert sglang_pid("44") is None
-        assert "restart" not in (work / "glm-serve-2-44.out").read_text()
+        assert sglang_pid("900044") is None
+        assert "restart" not in (work / "glm-serve-2-900044.out").read_text()
     finally:
         stop(proc)
 
@@ -212,18 +212,18 @@ def test_usr1_before_the_time_limit_drains_the_replica_and_ends_the_job_complete
     shutdown), and the script ends 0 (COMPLETED) before the limit's SIGTERM; no restart."""
     work, _port, _control, start = job
     url_file = work / "replicas" / "glm-serve-2.url"
-    proc = start("45")
+    proc = start("900045")
     try:
         assert wait_for(url_file.exists, timeout=60)
         assert "#SBATCH --signal=B:USR1@120" in (work / "serve.sbatch").read_text()
         os.kill(proc.pid, signal.SIGUSR1)
         assert wait_for(lambda: not url_file.exists(), timeout=5)
         assert proc.wait(timeout=40) == 0
-        text = (work / "glm-serve-2-45.out").read_text()
+        text = (work / "glm-serve-2-900045.out").read_text()
         assert "the time limit is 120 s away (server_drain_before): left the router" in text
         assert "SGLang stopped" in text and "restart" not in text
-        assert sglang_pid("45") is None and not (work / ".glm-serve-2-45.stop").exists()
-        assert not (work / ".glm-serve-2-45.preempted").exists()
+        assert sglang_pid("900045") is None and not (work / ".glm-serve-2-900045.stop").exists()
+        assert not (work / ".glm-serve-2-900045.preempted").exists()
     finally:
         stop(proc)
 
@@ -234,20 +234,20 @@ def test_usr1_of_a_preemption_tells_the_autoscaler_and_drains_within_the_grace_t
     router, drains until the EndTime Slurm pulled in, and ends 0."""
     work, _port, control, start = job
     url_file = work / "replicas" / "glm-serve-2.url"
-    proc = start("46")
+    proc = start("900046")
     try:
         assert wait_for(url_file.exists, timeout=60)
         (control / "scontrol-preempted").write_text("30")
         os.kill(proc.pid, signal.SIGUSR1)
         assert wait_for(lambda: not url_file.exists(), timeout=5)
-        assert (work / ".glm-serve-2-46.preempted").exists()
+        assert (work / ".glm-serve-2-900046.preempted").exists()
         assert proc.wait(timeout=40) == 0
-        text = (work / "glm-serve-2-46.out").read_text()
+        text = (work / "glm-serve-2-900046.out").read_text()
         assert "Slurm preempts this job (its grace time ends in " in text, text[-2000:]
         assert "SGLang stopped" in text and "restart" not in text
     finally:
         (control / "scontrol-preempted").unlink(missing_ok=True)
-        (work / ".glm-serve-2-46.preempted").unlink(missing_ok=True)
+        (work / ".glm-serve-2-900046.preempted").unlink(missing_ok=True)
         stop(proc)
 
 
@@ -256,22 +256,22 @@ def test_one_server_is_restarted_in_its_job_and_keeps_its_endpoint(single):
     the same across a restart; a new activity watcher follows the new SGLang; the gate's record (.ready) is what
     allows the restart, and goes with the job."""
     work, port, _control, start = single
-    log = work / "glm-serve-51.out"
-    proc = start("51")
+    log = work / "glm-serve-900051.out"
+    proc = start("900051")
     try:
-        assert wait_for((work / ".glm-serve-51.ready").exists, timeout=60), log.read_text()[-3000:]
+        assert wait_for((work / ".glm-serve-900051.ready").exists, timeout=60), log.read_text()[-3000:]
         endpoint = (work / "endpoint").read_text()
         assert "GLM_BASE_URL=http://127.0.0.1:%d/v1" % port in endpoint
-        assert wait_for((work / "glm-serve-51.activity").exists, timeout=10)
-        first = sglang_pid("51")
+        assert wait_for((work / "glm-serve-900051.activity").exists, timeout=10)
+        first = sglang_pid("900051")
         os.kill(first, signal.SIGKILL)
         assert wait_for(lambda: "restart 1 of 2 in 1 s" in log.read_text(), timeout=10)
         assert wait_for(lambda: log.read_text().count("health gate passed") == 2, timeout=60), log.read_text()[-3000:]
-        assert sglang_pid("51") not in (None, first) and proc.poll() is None
+        assert sglang_pid("900051") not in (None, first) and proc.poll() is None
         assert (work / "endpoint").read_text() == endpoint
         # a watcher follows the new SGLang: the activity file is written again after the restart
-        checked = json.loads((work / "glm-serve-51.activity").read_text())["checked"]
-        assert wait_for(lambda: json.loads((work / "glm-serve-51.activity").read_text())["checked"] > checked + 1, timeout=10)
+        checked = json.loads((work / "glm-serve-900051.activity").read_text())["checked"]
+        assert wait_for(lambda: json.loads((work / "glm-serve-900051.activity").read_text())["checked"] > checked + 1, timeout=10)
     finally:
         stop(proc)
-    assert not (work / ".glm-serve-51.curl").exists() and not (work / ".glm-serve-51.ready").exists()
+    assert not (work / ".glm-serve-900051.curl").exists() and not (work / ".glm-serve-900051.ready").exists()

@@ -201,14 +201,14 @@ def test_sigterm_while_loading(servers, model_dir):
 
 def test_node_address_when_host_is_all_interfaces(servers, model_dir):
     server = servers(["--model-path", str(model_dir), "--tp-size", "8", "--host", "0.0.0.0"], SLURMD_NODENAME="localhost",
-                     CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7", SLURM_JOB_ID="1")
+                     CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7", SLURM_JOB_ID="9000001")
     server.wait_ready()
     assert "--host 0.0.0.0 on localhost: listening on 127.0.0.1:%d" % server.port in server.out
     assert server.get("/health")[0] == 200
 
 
 def test_no_gpus_in_a_slurm_job_without_gres(servers, model_dir):
-    server = servers(["--model-path", str(model_dir)], SLURM_JOB_ID="7")
+    server = servers(["--model-path", str(model_dir)], SLURM_JOB_ID="9000007")
     assert server.wait_exit() == 1
     assert "No CUDA GPUs are available" in server.err
 

@@ -187,6 +187,78 @@ def start_load(work_name, base, node, seconds):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, universal_newlines=True)
 
 
+#: the stand-in SGLang of the tests under load: 1 s of loading, 1 s of warm-up, each generation request 2 s
+STANDIN_UNDER_LOAD = {'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1', 'GLM_STANDIN_SGLANG_DECODE': '2'}
+
+
+class RouterDeployment:
+    """One test's deployment behind SGLang's router on the live cluster, from nothing and back to nothing (the
+    continuity tests' and test_rolling's set-up, written once): its work dir ~/WORK, its jobs (DOWNLOAD, SERVE,
+    SERVE-2, SERVE-router; OTHERS: jobs the test submits itself), its variables (isolated_vars, the router installed
+    from the local wheels, on a node, syncing and checking every 2 s; SETTINGS win) and the loads it started.
+
+    As a context manager: on entry no job of those names and no work dir (the wheels in place); on exit the loads
+    stopped, the work dir kept in TMP_PATH/work (no key, no dot files), teardown.yml, the OTHERS cancelled, and then
+    no job of the deployment left but COMPLETING ones (checked when the test itself passed)."""
+
+    def __init__(self, tmp_path, work, download, serve, others=(), **settings):
+        self.tmp_path, self.work_name = str(tmp_path), work
+        self.work = os.path.join(login_home(), work)
+        self.router = serve + '-router'
+        self.names, self.others = [download, serve, serve + '-2', self.router], list(others)
+        self.settings = isolated_vars(work, download, serve, **dict(dict(
+            server_env=STANDIN_UNDER_LOAD, server_wait_timeout=300, router_sync_interval=2, router_health_check_interval=2,
+            router_host='node', router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)]),
+            **settings))
+        self.loads = []
+
+    def variables(self, **more):
+        return dict(self.settings, **more)
+
+    def deploy(self, timeout=900, **more):
+        return run_playbook('deploy.yml', self.variables(**more), self.tmp_path, timeout=timeout)
+
+    def jobs(self):
+        """{job name: (job id, state)} of the live jobs of the deployment and of OTHERS."""
+        return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in self.names + self.others)}
+
+    def target(self):
+        """(the endpoint file's text, the router's base URL, its node): load_target."""
+        return load_target(self.work_name, self.router)
+
+    def load(self, seconds):
+        """start_load through the router for SECONDS; stopped at the exit if it still runs."""
+        _endpoint, base, node = self.target()
+        self.loads.append(start_load(self.work_name, base, node, seconds))
+        return self.loads[-1]
+
+    def stop_loads(self):
+        """Ends the loads early (loadgen's SIGTERM: it finishes the requests it has sent and prints its counts)."""
+        ssh("pkill -TERM -f '%s/it-loadgen[.]py' || true" % self.work)
+
+    def __enter__(self):
+        require_cluster()
+        scancel_names(self.names + self.others)
+        shutil.rmtree(self.work, ignore_errors=True)
+        router_wheels()
+        return self
+
+    def __exit__(self, kind, _value, _traceback):
+        for load in self.loads:
+            if load.poll() is None:
+                load.kill()
+        if os.path.isdir(self.work):
+            shutil.copytree(self.work, os.path.join(self.tmp_path, 'work'), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns('api-key', '.*', 'router-venv'))
+        run_playbook('teardown.yml', self.variables(glm_teardown_download=True), self.tmp_path)
+        scancel_names(self.others)
+        left = {name: job for name, job in self.jobs().items() if name in self.names and job[1] != 'COMPLETING'}
+        scancel_names(self.names)
+        shutil.rmtree(self.work, ignore_errors=True)
+        assert kind is not None or not left, 'jobs left after the teardown: %s' % left
+        return False
+
+
 def start_relay(work_name, to, port):
     """The tunnel's relay on the login node, as the line deploy prints starts it (roles/glm/files/glm_relay.py, its
     input kept open): 127.0.0.1:PORT there, to TO (NODE:PORT) until the deployment's endpoint file names another

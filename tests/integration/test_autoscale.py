@@ -34,8 +34,7 @@ import time
 import pytest
 
 import cluster_target as target
-from deploy_helpers import (REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, load_target, login_home,
-                            recap, require_cluster, router_wheels, run_playbook, scale_log, scancel_names, ssh, start_load,
+from deploy_helpers import (REPO, SSH, RouterDeployment, chown_login, login_home, recap, run_playbook, scale_log, ssh,
                             wait_for_scale_line)
 
 pytestmark = pytest.mark.continuity
@@ -43,51 +42,35 @@ pytestmark = pytest.mark.continuity
 WORK = 'glm-it-autoscale'
 DOWNLOAD, SERVE = 'it-as-download', 'it-as-serve'
 ROUTER = SERVE + '-router'
-NAMES = [DOWNLOAD, SERVE, SERVE + '-2', ROUTER]
 LOAD_SECONDS = 150
 
 
-def variables():
-    return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=1, server_replicas_max=2, server_scale_target=3,
-                         server_scale_up_after=10, server_scale_down_after='20s', server_scale_cooldown=10,
-                         server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1',
-                                     'GLM_STANDIN_SGLANG_DECODE': '2'},
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
-                         router_sync_interval=2, router_health_check_interval=2, router_host='node',
-                         router_drain_timeout=30, server_wait_timeout=300)
-
-
-def jobs():
-    return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
+def deployment(tmp_path, **more):
+    return RouterDeployment(tmp_path, WORK, DOWNLOAD, SERVE, **dict(dict(
+        server_replicas=1, server_replicas_max=2, server_scale_target=3, server_scale_up_after=10,
+        server_scale_down_after='20s', server_scale_cooldown=10, router_drain_timeout=30), **more))
 
 
 def test_one_replica_more_under_load_and_back_to_one(tmp_path):
-    require_cluster()
     sys.path.insert(0, os.path.join(REPO, 'tests', 'bench'))
     from bench_release import diff, sdiag    # pylint: disable=import-outside-toplevel
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    load = None
-    try:
-        proc = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=900)
+    with deployment(tmp_path) as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        assert set(jobs()) == {SERVE, ROUTER}, jobs()                        # the deploy's one replica, and the router
+        assert set(dep.jobs()) == {SERVE, ROUTER}, dep.jobs()                        # the deploy's one replica, and the router
         router_log = ssh('cat ~/%s/%s-*.out' % (WORK, ROUTER))
         assert 'autoscaling: 1 to 2 replicas, 3 requests per replica' in router_log, router_log[-2000:]
-        _endpoint, base, node = load_target(WORK, ROUTER)
 
         started = time.monotonic()
-        load = start_load(WORK, base, node, LOAD_SECONDS)
+        load = dep.load(LOAD_SECONDS)
         submitted = wait_for_scale_line(WORK, ['up: %s-2 submitted as job' % SERVE, 'above the target 3'], 60, router_name=ROUTER)[1]
         up_at = time.monotonic() - started
         joined = wait_for_scale_line(WORK, ['up: %s-2 (job' % SERVE, 'joined the router'], 150, router_name=ROUTER)[1]
         serving_at = time.monotonic() - started
-        assert jobs()[SERVE + '-2'][1] == 'RUNNING'
-        again = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=600)
+        assert dep.jobs()[SERVE + '-2'][1] == 'RUNNING'
+        again = dep.deploy(timeout=600)
         assert again.returncode == 0 and recap(again) == (0, 0), again.stdout[-4000:]
-        assert SERVE + '-2' in jobs(), 'the deploy took the autoscaler\'s replica away'
+        assert SERVE + '-2' in dep.jobs(), 'the deploy took the autoscaler\'s replica away'
 
         # steady state at the most, under load: nothing to decide, no Slurm call
         users0, types0 = sdiag()
@@ -97,7 +80,6 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
         assert steady <= 1, (steady, scale_log(WORK))
 
         out, err = load.communicate(timeout=LOAD_SECONDS + 120)
-        load = None
         summary = json.loads(out.strip().splitlines()[-1])
         ended = time.monotonic() - started
         users2, types2 = sdiag()
@@ -106,19 +88,19 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
         down_at = time.monotonic() - started
         users3, types3 = sdiag()
         time.sleep(3)
-        assert set(jobs()) == {SERVE, ROUTER}, jobs()
+        assert set(dep.jobs()) == {SERVE, ROUTER}, dep.jobs()
         assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
 
         # a deploy that changes the autoscaler's settings restarts no job: the running router reads its file again
-        router_id = jobs()[ROUTER][0]
-        tuned = run_playbook('deploy.yml', dict(variables(), server_scale_down_after='25s'), str(tmp_path), timeout=600)
+        router_id = dep.jobs()[ROUTER][0]
+        tuned = dep.deploy(timeout=600, server_scale_down_after='25s')
         assert tuned.returncode == 0 and recap(tuned) == (1, 0), tuned.stdout[-4000:]
-        assert jobs()[ROUTER][0] == router_id and set(jobs()) == {SERVE, ROUTER}, jobs()
+        assert dep.jobs()[ROUTER][0] == router_id and set(dep.jobs()) == {SERVE, ROUTER}, dep.jobs()
         deadline = time.monotonic() + 30
         while 'scale settings read again' not in ssh('grep -a "glm.serve" ~/%s/%s-*.out' % (WORK, ROUTER)):
             assert time.monotonic() < deadline, 'the router did not read its changed settings'
             time.sleep(2)
-        status = run_playbook('status.yml', variables(), str(tmp_path))
+        status = run_playbook('status.yml', dep.variables(), str(tmp_path))
         assert status.returncode == 0 and 'autoscaling: 4 events (decisions and their outcomes); the last' in status.stdout, \
             status.stdout[-3000:]
         down_rpcs = diff(users3, users2, target.LOGIN_USER)[0]
@@ -131,14 +113,6 @@ def test_one_replica_more_under_load_and_back_to_one(tmp_path):
                   summary['latency_ms']['p99'], target.LOGIN_USER, steady, down_rpcs,
                   dict((k, v) for k, v in sorted(by_type.items()) if v), '\n  '.join(scale_log(WORK))))
         assert submitted and joined and left and cancelled
-    finally:
-        if load is not None:
-            load.kill()
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        left_jobs = jobs()
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)
-        assert not {k: v for k, v in left_jobs.items() if v[1] not in ('COMPLETING',)}, left_jobs
 
 
 SOAK_SECONDS = int(os.environ.get('GLM_AUTOSCALE_SOAK_SECONDS', '0'))
@@ -162,19 +136,12 @@ def test_the_controllers_slurm_calls_over_varying_load(tmp_path):
     """GLM_AUTOSCALE_SOAK_SECONDS of load in steps (none, low, high, none: 5 minutes a cycle) on 1 to 2 replicas: the
     login user's Slurm calls over the whole window (sdiag; nothing else of that user runs: the controller's squeue,
     sbatch and scancel, and each added replica job's own calls), per minute; every decision; no failed request."""
-    require_cluster()
     sys.path.insert(0, os.path.join(REPO, 'tests', 'bench'))
     from bench_release import diff, sdiag    # pylint: disable=import-outside-toplevel
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    running = None
-    try:
-        settings = dict(variables(), server_scale_down_after='30s')
-        proc = run_playbook('deploy.yml', settings, str(tmp_path), timeout=900)
+    with deployment(tmp_path, server_scale_down_after='30s') as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        _endpoint, base, node = load_target(WORK, ROUTER)
+        _endpoint, base, node = dep.target()
         users0, types0 = sdiag()
         started = time.monotonic()
         outcomes, sent = {}, 0
@@ -183,9 +150,8 @@ def test_the_controllers_slurm_calls_over_varying_load(tmp_path):
                 if not rate:
                     time.sleep(seconds)
                     continue
-                running = start_rate(base, node, rate, seconds)
-                out, err = running.communicate(timeout=seconds + 120)
-                running = None
+                dep.loads.append(start_rate(base, node, rate, seconds))
+                out, err = dep.loads[-1].communicate(timeout=seconds + 120)
                 summary = json.loads(out.strip().splitlines()[-1])
                 sent += summary['sent']
                 for k, v in summary['outcomes'].items():
@@ -203,9 +169,3 @@ def test_the_controllers_slurm_calls_over_varying_load(tmp_path):
                   dict((k, v) for k, v in sorted(by_type.items()) if v)))
         assert set(outcomes) == {'200'}, outcomes
         assert ups and downs, log
-    finally:
-        if running is not None:
-            running.kill()
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)

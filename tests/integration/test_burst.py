@@ -26,15 +26,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
-import shutil
 import time
 
 import pytest
 
-from deploy_helpers import (ROUTER_WHEELS, isolated_vars, live_jobs, load_target, login_home, require_cluster,
-                            router_wheels, run_playbook, scale_log, scancel_names, ssh, start_load,
-                            wait_for_scale_line)
+from deploy_helpers import RouterDeployment, scale_log, ssh, wait_for_scale_line
 
 pytestmark = pytest.mark.continuity
 
@@ -42,37 +38,21 @@ WORK = 'glm-it-burst'
 DOWNLOAD, SERVE = 'it-b-download', 'it-b-serve'
 ROUTER = SERVE + '-router'
 PREEMPTOR = 'it-b-preemptor'
-NAMES = [DOWNLOAD, SERVE, SERVE + '-2', ROUTER, PREEMPTOR]
 LOAD_SECONDS = 120
 
 
-def variables():
-    return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=1, server_replicas_max=2, server_scale_target=3,
-                         server_scale_up_after=10, server_scale_down_after='10m', server_scale_cooldown=10,
-                         server_burst_partition='gpu-burst', server_burst_hold='5m',
-                         server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1',
-                                     'GLM_STANDIN_SGLANG_DECODE': '2'},
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
-                         router_sync_interval=2, router_health_check_interval=2, router_host='node',
-                         router_drain_timeout=30, server_wait_timeout=300)
-
-
-def jobs():
-    return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
+def deployment(tmp_path):
+    return RouterDeployment(tmp_path, WORK, DOWNLOAD, SERVE, others=[PREEMPTOR], server_replicas=1, server_replicas_max=2,
+                            server_scale_target=3, server_scale_up_after=10, server_scale_down_after='10m',
+                            server_scale_cooldown=10, server_burst_partition='gpu-burst', server_burst_hold='5m',
+                            router_drain_timeout=30)
 
 
 def test_a_burst_replica_preempted_by_slurm_leaves_first_and_is_not_fought(tmp_path):
-    require_cluster()
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    load = None
-    try:
-        proc = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=900)
+    with deployment(tmp_path) as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        _endpoint, base, node = load_target(WORK, ROUTER)
-        load = start_load(WORK, base, node, LOAD_SECONDS)
+        load = dep.load(LOAD_SECONDS)
         started = time.monotonic()
         i_up, up = wait_for_scale_line(WORK, ['up: %s-2 submitted as job' % SERVE, 'to burst (--partition=gpu-burst --no-requeue)'], 60,
                                        router_name=ROUTER)
@@ -88,15 +68,14 @@ def test_a_burst_replica_preempted_by_slurm_leaves_first_and_is_not_fought(tmp_p
                                                90, i_join, router_name=ROUTER)
         said_at = time.monotonic() - started
         deadline = time.monotonic() + 90
-        while jobs().get(PREEMPTOR, ('', ''))[1] != 'RUNNING':
-            assert time.monotonic() < deadline, jobs()
+        while dep.jobs().get(PREEMPTOR, ('', ''))[1] != 'RUNNING':
+            assert time.monotonic() < deadline, dep.jobs()
             time.sleep(1)
         runs_at = time.monotonic() - started
         state = ssh('sacct -X -n -P -j %s -o State,Restarts,Partition' % burst_id).strip()
         log = ssh('cat ~/%s/%s-%s.out' % (WORK, SERVE + '-2', burst_id), check=False)
         assert 'Slurm preempts this job (its grace time ends in' in log and 'left the router' in log, log[-3000:]
         out, err = load.communicate(timeout=LOAD_SECONDS + 120)
-        load = None
         summary = json.loads(out.strip().splitlines()[-1])
         lines = scale_log(WORK)
         after = lines[i_pre + 1:]
@@ -113,12 +92,3 @@ def test_a_burst_replica_preempted_by_slurm_leaves_first_and_is_not_fought(tmp_p
                   LOAD_SECONDS, victim, up, preempt_at, said_at, runs_at, state, summary['sent'], summary['outcomes'],
                   plain_failed, streamed_failed, len(held), '\n  '.join(lines)))
         assert state.split('|')[1] == '0' and state.split('|')[0] != 'PENDING', state   # --no-requeue: ended, not requeued
-    finally:
-        if load is not None:
-            load.kill()
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        scancel_names([PREEMPTOR])
-        left_jobs = {k: v for k, v in jobs().items() if k != PREEMPTOR}
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)
-        assert not {k: v for k, v in left_jobs.items() if v[1] not in ('COMPLETING',)}, left_jobs

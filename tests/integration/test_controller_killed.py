@@ -22,37 +22,25 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
-import shutil
 import time
 
 import pytest
 
-from deploy_helpers import (ROUTER_WHEELS, isolated_vars, live_jobs, load_target, login_home, recap, require_cluster,
-                            router_wheels, run_playbook, scancel_names, ssh, start_load)
+from deploy_helpers import RouterDeployment, recap, ssh
 
 pytestmark = pytest.mark.continuity
 
 WORK = 'glm-it-killed'
 DOWNLOAD, SERVE = 'it-k-download', 'it-k-serve'
 ROUTER = SERVE + '-router'
-NAMES = [DOWNLOAD, SERVE, SERVE + '-2', ROUTER]
 LOAD_SECONDS = 60
 KILL_AT = 15
 
 
-def variables():
-    return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=1, server_replicas_max=2, server_scale_target=50,
-                         server_scale_up_after=10, server_scale_down_after='20s', server_scale_cooldown=10,
-                         server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1',
-                                     'GLM_STANDIN_SGLANG_DECODE': '2'},
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
-                         router_sync_interval=2, router_health_check_interval=2, router_host='node',
-                         router_drain_timeout=30, server_wait_timeout=300)
-
-
-def jobs():
-    return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
+def deployment(tmp_path):
+    return RouterDeployment(tmp_path, WORK, DOWNLOAD, SERVE, server_replicas=1, server_replicas_max=2,
+                            server_scale_target=50, server_scale_up_after=10, server_scale_down_after='20s',
+                            server_scale_cooldown=10, router_drain_timeout=30)
 
 
 def ours():
@@ -75,23 +63,16 @@ def router_log():
 
 
 def test_the_controller_killed_comes_back_and_the_service_with_it(tmp_path):
-    require_cluster()
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    load = None
-    try:
-        proc = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=900)
+    with deployment(tmp_path) as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
-        before = jobs()
+        before = dep.jobs()
         assert set(before) == {SERVE, ROUTER}, before
-        _endpoint, base, node = load_target(WORK, ROUTER)
         launcher, children, gateways = ours()
         assert launcher and len(children) == 2 and len(gateways) == 1 and gateways[0] in children, ours()
 
         # 1. the launcher killed (SIGKILL) under load: the job starts it again
-        load = start_load(WORK, base, node, LOAD_SECONDS)
+        load = dep.load(LOAD_SECONDS)
         time.sleep(KILL_AT)
         killed_pid = launcher_pid()
         killed_at = time.time()
@@ -102,15 +83,14 @@ def test_the_controller_killed_comes_back_and_the_service_with_it(tmp_path):
             assert time.monotonic() < deadline, router_log()[-3000:]
             time.sleep(1)
         out, err = load.communicate(timeout=LOAD_SECONDS + 120)
-        load = None
         summary = json.loads(out.strip().splitlines()[-1])
-        rows = [json.loads(line) for line in ssh('cat %s/it-load.jsonl' % work).splitlines()]
+        rows = [json.loads(line) for line in ssh('cat %s/it-load.jsonl' % dep.work).splitlines()]
         failed = [r for r in rows if r['outcome'] != '200']
         # the outage: from the kill to the last request that failed; back: the first answered request sent after it
         last_failed = max([r['at'] for r in failed] or [killed_at])
         after = [r for r in rows if r['at'] > last_failed and r['outcome'] == '200']
         back_at = min(r['at'] for r in after) - killed_at if after else None
-        now = jobs()
+        now = dep.jobs()
         assert now[SERVE][0] == before[SERVE][0] and now[ROUTER][0] == before[ROUTER][0], (before, now)
         assert now[ROUTER][1] == 'RUNNING', now
         assert launcher_pid() != killed_pid
@@ -134,30 +114,20 @@ def test_the_controller_killed_comes_back_and_the_service_with_it(tmp_path):
         # 2. the whole router job killed by Slurm: the replica runs on, the next deploy brings the router back
         ssh('scancel --signal=KILL %s' % now[ROUTER][0])
         deadline = time.monotonic() + 60
-        while ROUTER in jobs() and jobs()[ROUTER][1] != 'COMPLETING' or ours() != (None, [], []):
-            assert time.monotonic() < deadline, (jobs(), ours())
+        while ROUTER in dep.jobs() and dep.jobs()[ROUTER][1] != 'COMPLETING' or ours() != (None, [], []):
+            assert time.monotonic() < deadline, (dep.jobs(), ours())
             time.sleep(1)
-        assert jobs()[SERVE] == now[SERVE], jobs()
-        redeploy = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=600)
+        assert dep.jobs()[SERVE] == now[SERVE], dep.jobs()
+        redeploy = dep.deploy(timeout=600)
         assert redeploy.returncode == 0, redeploy.stdout[-6000:]
-        again = jobs()
+        again = dep.jobs()
         assert again[SERVE][0] == before[SERVE][0] and again[ROUTER][0] != before[ROUTER][0], (before, again)
-        _endpoint, base, node = load_target(WORK, ROUTER)
-        load = start_load(WORK, base, node, 10)
+        load = dep.load(10)
         out, err = load.communicate(timeout=120)
-        load = None
         summary = json.loads(out.strip().splitlines()[-1])
         assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
-        idle = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=600)
+        idle = dep.deploy(timeout=600)
         assert idle.returncode == 0 and recap(idle) == (0, 0), idle.stdout[-4000:]
         print('ROUTER JOB KILLED (scancel --signal=KILL): replica job %s ran on; the next deploy submitted router job %s '
               'only; %d requests through it, all 200; a deploy after it changed nothing.' % (
                   again[SERVE][0], again[ROUTER][0], summary['sent']))
-    finally:
-        if load is not None:
-            load.kill()
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        left_jobs = jobs()
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)
-        assert not {k: v for k, v in left_jobs.items() if v[1] not in ('COMPLETING',)}, left_jobs

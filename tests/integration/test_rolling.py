@@ -26,29 +26,25 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import os
 import re
-import shutil
 import threading
 import time
 
-from deploy_helpers import (ROUTER_WHEELS, isolated_vars, live_jobs, load_target, login_home, recap, require_cluster,
-                            router_wheels, run_playbook, scancel_names, ssh, start_load)
+from deploy_helpers import RouterDeployment, live_jobs, recap, ssh
 
 WORK, DOWNLOAD, SERVE = 'glm-it-rolling', 'it-rl-download', 'it-rl-serve'
 REPLICAS = [SERVE, SERVE + '-2']
-NAMES = [DOWNLOAD] + REPLICAS + [SERVE + '-router']
-#: the steady load: the two changing deploys (about a minute each) fit in it
+#: the steady load at most (it is stopped once the deploys are done): the four deploys (52 s for the roll) fit in it
 LOAD_SECONDS = 150
 
 
-def variables(**env):
-    return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=2, server_partition='gpu-all', server_time='00:20:00',
-                         server_drain_before=30,
-                         server_env=dict({'GLM_STANDIN_SGLANG_LOAD': '3', 'GLM_STANDIN_SGLANG_WARMUP': '1'}, **env),
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
-                         router_sync_interval=2, router_health_check_interval=2, router_host='node', router_time='00:30:00',
-                         server_wait_timeout=240)
+#: the stand-in SGLang: 3 s of loading, 1 s of warm-up (answers at once)
+ENV = {'GLM_STANDIN_SGLANG_LOAD': '3', 'GLM_STANDIN_SGLANG_WARMUP': '1'}
+
+
+def env(**more):
+    """server_env: the stand-in's with MORE (a change of serve.sbatch, as an image tag or a flag would be)."""
+    return dict(ENV, **more)
 
 
 def serving():
@@ -86,20 +82,20 @@ def job_state(job_id):
     return out[0] if out else ''
 
 
+def deployment(tmp_path):
+    return RouterDeployment(tmp_path, WORK, DOWNLOAD, SERVE, server_replicas=2, server_partition='gpu-all',
+                            server_time='00:20:00', server_drain_before=30, server_env=env(), router_time='00:30:00',
+                            server_wait_timeout=240)
+
+
 def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_serving(tmp_path):
-    require_cluster()
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    load = None
-    try:
-        proc = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=900)
+    with deployment(tmp_path) as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
         old = serving()
         assert all(len(ids) == 1 for ids in old.values()), old
-        endpoint, base, node = load_target(WORK, SERVE + '-router')
-        load = start_load(WORK, base, node, LOAD_SECONDS)
+        endpoint = dep.target()[0]
+        load = dep.load(LOAD_SECONDS)
         time.sleep(5)
 
         # the change, rolled: replica by replica, the new job beside the old one, the old one drained once the router
@@ -107,7 +103,7 @@ def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_
         sampler = Sampler()
         sampler.start()
         started = time.monotonic()
-        proc = run_playbook('deploy.yml', variables(GLM_STANDIN_SGLANG_WARMUP='2'), str(tmp_path), timeout=600)
+        proc = dep.deploy(timeout=600, server_env=env(GLM_STANDIN_SGLANG_WARMUP='2'))
         rolled_in = time.monotonic() - started
         sampler.done.set()
         sampler.join()
@@ -129,8 +125,7 @@ def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_
         assert serving() == new
 
         # a change whose new job fails: the roll-out stops at replica 1, the jobs before serve on
-        proc = run_playbook('deploy.yml', variables(GLM_STANDIN_SGLANG_WARMUP='2', GLM_STANDIN_SGLANG_FAIL='oom'), str(tmp_path),
-                            timeout=600)
+        proc = dep.deploy(timeout=600, server_env=env(GLM_STANDIN_SGLANG_WARMUP='2', GLM_STANDIN_SGLANG_FAIL='oom'))
         assert proc.returncode != 0, proc.stdout[-6000:]
         assert 'The rolling change stopped at %s: its new job' % SERVE in proc.stdout, proc.stdout[-6000:]
         assert 'out of memory' in proc.stdout and 'Its old job(s) %s serve on' % new[SERVE][0] in proc.stdout, proc.stdout[-6000:]
@@ -138,15 +133,16 @@ def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_
 
         # the first change's settings again: serve.sbatch written back (the failed change had written its own), nothing
         # submitted; once more: nothing changed at all
-        proc = run_playbook('deploy.yml', variables(GLM_STANDIN_SGLANG_WARMUP='2'), str(tmp_path), timeout=600)
+        proc = dep.deploy(timeout=600, server_env=env(GLM_STANDIN_SGLANG_WARMUP='2'))
         changed = re.findall(r'(?m)^TASK \[([^\]]+)\][^\n]*\n(?:(?!TASK \[).*\n)*?changed: .*$', proc.stdout)
         assert proc.returncode == 0 and recap(proc)[0] == 1, proc.stdout[-4000:]
         assert changed == ['glm.serve.server : Submit the server job and wait for it to answer'], changed
         assert serving() == new
-        proc = run_playbook('deploy.yml', variables(GLM_STANDIN_SGLANG_WARMUP='2'), str(tmp_path), timeout=600)
+        proc = dep.deploy(timeout=600, server_env=env(GLM_STANDIN_SGLANG_WARMUP='2'))
         assert proc.returncode == 0 and recap(proc)[0] == 0, proc.stdout[-4000:]
         assert serving() == new
 
+        dep.stop_loads()                    # the deploys are done: the load need not run out its time
         out, err = load.communicate(timeout=LOAD_SECONDS + 120)
         summary = json.loads(out.strip().splitlines()[-1])
         assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
@@ -157,10 +153,3 @@ def test_a_change_rolls_out_under_load_and_a_failing_one_stops_with_the_old_job_
               'unchanged' % (rolled_in, old, new, min(sampler.counts), len(sampler.counts), summary['sent'],
                              summary['outcomes'], summary['streamed'], summary['latency_ms']['p50'],
                              summary['latency_ms']['p99']))
-    finally:
-        if load is not None and load.poll() is None:
-            load.kill()
-        shutil.copytree(work, str(tmp_path / 'work'), ignore=shutil.ignore_patterns('api-key', '.*'), dirs_exist_ok=True)
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)

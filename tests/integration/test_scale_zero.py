@@ -37,8 +37,7 @@ import time
 
 import pytest
 
-from deploy_helpers import (REPO, ROUTER_WHEELS, SSH, chown_login, isolated_vars, live_jobs, load_target, login_home,
-                            recap, require_cluster, router_wheels, run_playbook, scale_log, scancel_names, ssh,
+from deploy_helpers import (REPO, SSH, RouterDeployment, chown_login, recap, run_playbook, scale_log, ssh,
                             wait_for_scale_line)
 
 pytestmark = pytest.mark.continuity
@@ -46,7 +45,6 @@ pytestmark = pytest.mark.continuity
 WORK = 'glm-it-zero'
 DOWNLOAD, SERVE = 'it-z-download', 'it-z-serve'
 ROUTER = SERVE + '-router'
-NAMES = [DOWNLOAD, SERVE, SERVE + '-2', ROUTER]
 LOAD_SECONDS = 90
 HOLD = 120
 #: a request that waited longer than this was held (the stand-in's own requests take 2 s)
@@ -56,19 +54,11 @@ HELD_SECONDS = 4.0
 GPUS = 8
 
 
-def variables():
-    return isolated_vars(WORK, DOWNLOAD, SERVE, server_replicas=0, server_replicas_max=2, server_scale_target=3,
-                         server_scale_up_after=10, server_scale_down_after='20s', server_scale_cooldown=10,
-                         server_scale_hold=HOLD, download_env={'GLM_STANDIN_HF_GATE': 'go', 'GLM_STANDIN_HF_SHARDS': '2'},
-                         server_env={'GLM_STANDIN_SGLANG_LOAD': '1', 'GLM_STANDIN_SGLANG_WARMUP': '1',
-                                     'GLM_STANDIN_SGLANG_DECODE': '2'},
-                         router_pip_args=['--no-index', '--find-links', os.path.join(login_home(), ROUTER_WHEELS)],
-                         router_sync_interval=2, router_health_check_interval=2, router_host='node',
-                         router_drain_timeout=30, server_wait_timeout=300)
-
-
-def jobs():
-    return {row[1]: (row[0], row[2]) for row in live_jobs(lambda name: name in NAMES)}
+def deployment(tmp_path):
+    return RouterDeployment(tmp_path, WORK, DOWNLOAD, SERVE, server_replicas=0, server_replicas_max=2, server_scale_target=3,
+                            server_scale_up_after=10, server_scale_down_after='20s', server_scale_cooldown=10,
+                            server_scale_hold=HOLD, router_drain_timeout=30,
+                            download_env={'GLM_STANDIN_HF_GATE': 'go', 'GLM_STANDIN_HF_SHARDS': '2'})
 
 
 def models(base, key_header=True, method='GET'):
@@ -99,44 +89,39 @@ def gpu_seconds(job_ids):
 
 
 def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
-    require_cluster()
-    work = os.path.join(login_home(), WORK)
-    scancel_names(NAMES)
-    shutil.rmtree(work, ignore_errors=True)
-    router_wheels()
-    load = None
-    try:
-        proc = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=900)
+    with deployment(tmp_path) as dep:
+        proc = dep.deploy(timeout=900)
         assert proc.returncode == 0, proc.stdout[-6000:]
         assert 'none while no request comes (scale to zero)' in proc.stdout, proc.stdout[-3000:]
-        assert SERVE not in jobs() and ROUTER in jobs(), jobs()
-        again = run_playbook('deploy.yml', variables(), str(tmp_path), timeout=600)
+        assert SERVE not in dep.jobs() and ROUTER in dep.jobs(), dep.jobs()
+        again = dep.deploy(timeout=600)
         assert again.returncode == 0 and recap(again) == (0, 0), again.stdout[-4000:]
-        assert SERVE not in jobs(), jobs()
-        _endpoint, base, node = load_target(WORK, ROUTER)
+        assert SERVE not in dep.jobs(), dep.jobs()
+        _endpoint, base, node = dep.target()
         status, body = models(base)
         assert status == 200 and json.loads(body)['data'][0]['id'] == 'glm-5.3-flash', (status, body)
         assert models(base, key_header=False)[0] == 401
         assert models(base, key_header=False, method='POST')[0] == 401      # no key: refused, nothing woken
         assert wait_for_scale_line(WORK, ['zero: no replica serves'], 30, router_name=ROUTER)
-        shown = run_playbook('status.yml', variables(), str(tmp_path))
+        shown = run_playbook('status.yml', dep.variables(), str(tmp_path))
         assert shown.returncode == 0 and 'scaled to zero since' in shown.stdout, shown.stdout[-3000:]
         time.sleep(5)
-        assert SERVE not in jobs(), 'a listing, a request without a key or the status woke the service'
-        assert DOWNLOAD in jobs(), 'the download ended before the load: the afterok path is not tried (slow it more)'
+        assert SERVE not in dep.jobs(), 'a listing, a request without a key or the status woke the service'
+        assert DOWNLOAD in dep.jobs(), 'the download ended before the load: the afterok path is not tried (slow it more)'
 
-        loadgen = os.path.join(work, 'it-loadgen.py')
+        loadgen = os.path.join(dep.work, 'it-loadgen.py')
         shutil.copy(os.path.join(REPO, 'tests', 'tooling', 'loadgen.py'), loadgen)
         chown_login(loadgen)
         started = time.monotonic()
         load = subprocess.Popen(SSH + ['python3 %s --url %s --key-file ~/%s/api-key --rate 5 --duration %d --streamed 0.25 '
                                        '--timeout %d --concurrency 400 --allow-host %s --log %s/it-load.jsonl' % (
-                                           loadgen, base, WORK, LOAD_SECONDS, HOLD + 30, node, work)],
+                                           loadgen, base, WORK, LOAD_SECONDS, HOLD + 30, node, dep.work)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 universal_newlines=True)
+        dep.loads.append(load)
         i_up1, up1 = wait_for_scale_line(WORK, ['up: %s submitted as job' % SERVE, 'after the download (job',
                                                 'came while no replica serves'], 30, router_name=ROUTER)
-        gate = os.path.join(work, 'GLM-5.3-Flash', '.cache', 'huggingface', 'go')     # the download goes on now
+        gate = os.path.join(dep.work, 'GLM-5.3-Flash', '.cache', 'huggingface', 'go')     # the download goes on now
         with open(gate, 'w', encoding='utf-8'):
             pass
         chown_login(gate)
@@ -147,7 +132,6 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
         i_join2, _line = wait_for_scale_line(WORK, ['up: %s-2 (job' % SERVE, 'joined the router'], 120, i_up2, ROUTER)
         serving2_at = time.monotonic() - started
         out, err = load.communicate(timeout=LOAD_SECONDS + HOLD + 60)
-        load = None
         ended_at = time.monotonic() - started
         summary = json.loads(out.strip().splitlines()[-1])
         i_down2, down2 = wait_for_scale_line(WORK, ['down: %s-2 (job' % SERVE, 'leaves the router'], 120, i_join2, ROUTER)
@@ -155,13 +139,13 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
         i_zero, _line = wait_for_scale_line(WORK, ['zero: no replica serves'], 120, i_down1, ROUTER)
         zero_at = time.monotonic() - started
         time.sleep(3)
-        assert set(jobs()) == {ROUTER}, jobs()
+        assert set(dep.jobs()) == {ROUTER}, dep.jobs()
         assert summary['failed'] == 0 and set(summary['outcomes']) == {'200'}, (summary, err[-2000:])
-        rows = [json.loads(line) for line in ssh('cat %s/it-load.jsonl' % work).splitlines()]
+        rows = [json.loads(line) for line in ssh('cat %s/it-load.jsonl' % dep.work).splitlines()]
         held = [r for r in rows if r['seconds'] > HELD_SECONDS]
         assert held and max(r['seconds'] for r in held) < HOLD, held[-3:]
         first_answer = min(r['at'] + r['seconds'] for r in rows) - min(r['at'] for r in rows)
-        shown = run_playbook('status.yml', variables(), str(tmp_path))
+        shown = run_playbook('status.yml', dep.variables(), str(tmp_path))
         assert shown.returncode == 0 and 'scaled to zero since' in shown.stdout, shown.stdout[-3000:]
         router_log = ssh('grep -a glm.serve ~/%s/%s-*.out' % (WORK, ROUTER))
         assert 'request(s) held go on, the first after' in router_log, router_log[-3000:]
@@ -181,11 +165,3 @@ def test_zero_to_two_and_back_to_zero_under_a_load_step(tmp_path):
                   summary['latency_ms']['p50'], summary['latency_ms']['p99'], used_s, used, fixed_s, gpus, zero_at,
                   100.0 * used_s / fixed_s, '\n  '.join(scale_log(WORK))))
         assert up1 and up2 and down2 and down1 and i_zero > i_down1
-    finally:
-        if load is not None:
-            load.kill()
-        run_playbook('teardown.yml', dict(variables(), glm_teardown_download=True), str(tmp_path))
-        left_jobs = jobs()
-        scancel_names(NAMES)
-        shutil.rmtree(work, ignore_errors=True)
-        assert not {k: v for k, v in left_jobs.items() if v[1] not in ('COMPLETING',)}, left_jobs
