@@ -45,7 +45,7 @@ TEST_RELEASE ?= trixie
 test: GLM_CLUSTER_RELEASE = $(TEST_RELEASE)
 
 .PHONY: help setup cluster roots cluster-stop cluster-status demo test lint sanity units pytest pytest-unit \
-        pytest-integration continuity soak autoscale-soak sglang-cli molecule bench build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
+        pytest-integration continuity soak autoscale-soak sglang-cli molecule bench bench-front build ee docs docs-test clean test-copy test-ansible test-ansible-ci test-matrix releases bench-release \
         scaffold-test install-test runner-test
 
 help: ## list the targets
@@ -171,7 +171,7 @@ pytest: setup cluster sglang-cli $(ROUTER_VENV)/.installed ## pytest: stand-ins,
 	[ "$$rc" -eq 0 ] && [ "$$doubles_rc" -eq 0 ]
 
 continuity: setup cluster $(ROUTER_VENV)/.installed ## the continuity cases that take minutes (a requeued replica: Slurm holds it 120 s), not in make test
-	pytest -p no:cacheprovider -s -m continuity tests/integration < /dev/null
+	pytest -p no:cacheprovider -s -m continuity tests/integration tests/doubles_tests < /dev/null
 
 soak: setup cluster $(ROUTER_VENV)/.installed ## two replicas and the router handing over under load for GLM_SOAK_SECONDS (default 1800) and the controller's RPCs per minute per replica, not in make test
 	GLM_SOAK_SECONDS=$${GLM_SOAK_SECONDS:-1800} pytest -p no:cacheprovider -s -m continuity \
@@ -188,8 +188,16 @@ molecule: setup cluster ## molecule: deploy, idempotence, verify, teardown on th
 bench-release: setup cluster ## per-release figures on GLM_CLUSTER_RELEASE: waiter RPCs/min, query path, detection latency
 	python tests/bench/bench_release.py
 
-bench: setup cluster ## controller load, detection latency, a deploy's long chain, a re-run against ping (figures; BENCH_BEFORE=REV side by side)
+bench: setup cluster $(ROUTER_VENV)/.installed ## controller load, detection latency, a deploy's long chain, a re-run against ping, the front doors' streams (figures; BENCH_BEFORE=REV side by side)
 	python tests/bench/bench_wait.py $(if $(BENCH_BEFORE),--before $(BENCH_BEFORE))
+	python tests/bench/bench_front.py $(BENCH_FRONT_ARGS)
+
+# No cluster: the launcher (smg of .venv-router) per front door in front of fake SGLang replicas on this machine, the
+# load from this machine too; BENCH_FRONT_ARGS: its options (e.g. --fronts smg,litellm --streams 16,64 --seconds 10,
+# --check-repeat, --json FILE; tests/bench/bench_front.py --help).
+BENCH_FRONT_ARGS ?=
+bench-front: setup $(ROUTER_VENV)/.installed ## streaming through the router's front doors side by side (direct, smg, LiteLLM, glm): tokens/s, first token, CPU (figures)
+	python tests/bench/bench_front.py $(BENCH_FRONT_ARGS)
 
 $(EE_VENV)/.installed: requirements-ee.txt constraints.txt tests/tooling/setup-tool-venv.sh
 	tests/tooling/setup-tool-venv.sh "$(PYTHON)" "$(EE_VENV)" requirements-ee.txt

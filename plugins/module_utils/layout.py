@@ -35,7 +35,7 @@ BAD_NODES = 'bad-nodes.json'
 ROUTER_WORKERS = 'router-workers.json'
 REPLICAS_DIR = 'replicas'
 RELAY = 'glm_relay.py'
-#: The gateway (router_proxy=litellm): the teams' key files (KEYS_DIR/TEAM), the registry the proxy checks keys against
+#: The front door (router_proxy=glm or litellm): the teams' key files (KEYS_DIR/TEAM), the registry the proxy checks keys against
 #: (hashes and limits, no key), the usage per team and day it keeps, the proxy's config (no secret: it names variables).
 KEYS_DIR = 'keys'
 GATEWAY_KEYS = 'gateway-keys.json'

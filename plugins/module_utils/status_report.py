@@ -45,7 +45,7 @@ def router_lines(router, replicas, policy):
         where = ' on %s' % job['nodes'] if job.get('nodes') else ''
         answer = (job.get('probe') or {}).get('status') or 'not asked'
         if answer == 'ready' and not [w for w in router.get('workers') or [] if w.get('healthy') and not w.get('draining')]:
-            # the proxy in front (router_proxy=litellm) lists the model itself: it answers with no replica behind it
+            # LiteLLM's proxy in front (router_proxy=litellm) lists the model itself: it answers with no replica behind it
             answer += ', but no healthy replica behind it'
         lines = ['router: job %s %s%s, policy %s, /v1/models %s' % (job['job_id'], job['state'], where, policy, answer)]
     else:

@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: glm.serve contributors
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The usage per team that the router's proxy counts (router_proxy=litellm), summed over days.
+"""The usage per team that the router's front door counts (router_proxy=glm or litellm), summed over days.
 
 The proxy (roles/router/files/glm_gateway.py, UsageBook) keeps one JSON file in the work dir (layout.USAGE):
 ``{"version": 1, "updated": UNIX_TIME, "days": {"YYYY-MM-DD": {TEAM: {"requests", "errors", "limited",

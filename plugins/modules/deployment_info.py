@@ -184,7 +184,7 @@ bad_nodes:
   type: dict
 usage:
   description:
-    - What the router's proxy (C(router_proxy=litellm)) counted per team, from its usage file in the work dir
+    - What the router's front door (C(router_proxy=glm) or C(litellm)) counted per team, from its usage file in the work dir
       (C(layout.files.usage)); V(null) without one. C(updated) (when the proxy last wrote it, Unix time), C(today) and
       C(month) (UTC) - C({team - {requests, errors, limited, prompt_tokens, completion_tokens}}); C(limited) counts
       the requests refused by the team's limits (HTTP 429).

@@ -9,6 +9,11 @@ from router_helpers import Router
 from standin_helpers import SEED_MODEL, Server, run_hf
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "continuity: minutes-long cases (make continuity runs them, make test leaves "
+                                       "them out)")
+
+
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A complete stand-in checkpoint, made once by the hf stand-in."""

@@ -34,7 +34,8 @@ args = parse_router_args(sys.argv[1:])
 print(json.dumps({k: getattr(args, k) for k in ('host', 'port', 'policy', 'prometheus_port', 'health_check_interval_secs',
                                                  'health_check_timeout_secs', 'retry_max_retries', 'max_concurrent_requests',
                                                  'queue_size', 'queue_timeout_secs', 'cb_failure_threshold', 'api_key',
-                                                 'worker_urls', 'server_cert_path', 'server_key_path')}))
+                                                 'worker_urls', 'server_cert_path', 'server_key_path',
+                                                 'request_timeout_secs')}))
 """
 
 
@@ -66,7 +67,8 @@ def rendered(tmp_path_factory):
               "router_partition": "cpu-small", "router_cpus": 4, "router_mem": "8G",
               "router_tls_cert": "/etc/glm/router cert.pem", "router_tls_key": "~/tls/router-key.pem", "router_proxy": "none"}
     successors = {"router_successors_until": "forever", "router_time": "00:30:00", "router_handover_lead": 600}
-    for name, extra in {"default": {}, "custom": custom, "successors": successors}.items():
+    litellm = {"router_proxy": "litellm", "router_request_timeout": 700}
+    for name, extra in {"default": {}, "custom": custom, "successors": successors, "litellm": litellm}.items():
         proc = render(tmp, name, extra)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         scripts[name] = tmp / name / "router.sbatch"
@@ -87,12 +89,19 @@ def test_the_job_and_its_launcher(rendered):
     assert ours[ours.index("--endpoint-file") + 1].endswith("/default/endpoint")
     assert ours[ours.index("--workers-file") + 1].endswith("/default/router-workers.json")
     assert "--api-key" not in text and 0o600 == rendered["default"].stat().st_mode & 0o777
-    # router_proxy=litellm (the default): LiteLLM's proxy in front, its registry, usage book and config in the work dir
-    assert ours[ours.index("--proxy") + 1] == "litellm"
+    # router_proxy=glm (the default): the front door in the launcher, its registry and usage book in the work dir
+    assert ours[ours.index("--proxy") + 1] == "glm"
     assert ours[ours.index("--gateway-keys") + 1].endswith("/default/gateway-keys.json")
     assert ours[ours.index("--usage-file") + 1].endswith("/default/usage.json")
-    assert ours[ours.index("--gateway-config") + 1].endswith("/default/gateway-config.json")
-    assert ours[ours.index("--proxy-metrics-port") + 1] == "29001"
+    assert [ours[ours.index(f) + 1] for f in ("--max-body-mb", "--max-connections", "--max-connections-per-peer")] == [
+        "32", "4096", "1024"]
+    assert "--gateway-config" not in ours and "--proxy-metrics-port" not in ours
+    # router_proxy=litellm: LiteLLM's proxy in front, its config and metrics port too
+    theirs = command(rendered["litellm"])
+    ours = theirs[2:theirs.index("--")]
+    assert ours[ours.index("--proxy") + 1] == "litellm"
+    assert ours[ours.index("--gateway-config") + 1].endswith("/litellm/gateway-config.json")
+    assert ours[ours.index("--proxy-metrics-port") + 1] == "29001" and "--max-body-mb" not in ours
     assert "--proxy" not in command(rendered["custom"])                   # router_proxy=none: the gateway alone
     assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
 
@@ -130,7 +139,8 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
                                   "health_check_interval_secs": 10, "health_check_timeout_secs": 25, "retry_max_retries": 3,
                                   "max_concurrent_requests": 256, "queue_size": 512, "queue_timeout_secs": 60,
                                   "cb_failure_threshold": 10, "api_key": None, "worker_urls": [],
-                                  "server_cert_path": None, "server_key_path": None}
+                                  "server_cert_path": None, "server_key_path": None, "request_timeout_secs": 1800}
+    assert results["litellm"]["request_timeout_secs"] == 700      # router_request_timeout: the gateway's, the door's
     # router_tls_cert/router_tls_key: the gateway's --tls-cert-path/--tls-key-path ("~" resolved, a space quoted)
     assert results["custom"]["server_cert_path"] == "/etc/glm/router cert.pem"
     assert results["custom"]["server_key_path"].endswith("/tls/router-key.pem") and "~" not in results["custom"]["server_key_path"]
@@ -166,7 +176,14 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_tls_cert": "cert.pem", "router_tls_key": "key.pem"}, "router_tls_cert", "absolute paths"),
     ({"router_extra_args": ["--tls-cert-path=/x.pem"]}, "router_extra_args", "router_tls_cert"),
     ({"router_proxy": "envoy"}, "router_proxy", "litellm"),
-    ({"router_proxy": "none", "glm_api_keys": [{"name": "team-a"}]}, "glm_api_keys", "set router_proxy=litellm"),
+    ({"router_proxy": "none", "glm_api_keys": [{"name": "team-a"}]}, "glm_api_keys", "set router_proxy=glm"),
+    ({"router_max_concurrent_requests": 8, "glm_api_keys": [{"name": "team-a", "max_parallel": 6},
+                                                            {"name": "team-b", "max_parallel": 4}]},
+     "glm_api_keys max_parallel add up to 10", "router_max_concurrent_requests=8"),
+    ({"router_max_body_mb": 0}, "router_max_body_mb", "whole numbers of 1 or more"),
+    ({"router_max_connections": 10, "router_max_connections_per_peer": 20}, "router_max_connections_per_peer",
+     "not above router_max_connections"),
+    ({"router_extra_args": ["--request-timeout-secs", "5"]}, "router_extra_args", "router_request_timeout"),
     ({"glm_api_keys": [{"name": "Team A"}]}, "glm_api_keys names", "lower-case letters"),
     ({"glm_api_keys": [{"name": "team-a"}, {"name": "team-a"}]}, "glm_api_keys names", "a different name"),
     ({"glm_api_keys": [{"name": "default"}]}, "glm_api_keys names", 'not "default"'),

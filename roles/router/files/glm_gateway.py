@@ -285,6 +285,11 @@ class Registry:
             found = self._teams.get(key_hash(key))
         return dict(found) if found else None
 
+    def teams(self):
+        """Every team's {'team', 'rpm', 'tpm', 'max_parallel'}, as the last lookup read them."""
+        with self._lock:
+            return list(self._teams.values())
+
 
 def _utc_day(now):
     return datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime('%Y-%m-%d')

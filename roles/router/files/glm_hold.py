@@ -64,6 +64,8 @@ IDLE_CLOSE = 5.0
 #: The longest request line read (RFC 9112 section 3: servers should take at least 8000 octets).
 HEAD_LIMIT = 16384
 CHUNK = 65536
+#: The listening socket's backlog (the kernel caps it at net.core.somaxconn, 4096 by default since Linux 5.4).
+BACKLOG = 4096
 
 
 def answer(status, reason, body, retry_after=None):
@@ -182,8 +184,10 @@ class Hold(object):
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(self.tls[0], self.tls[1])
             context.set_alpn_protocols(['http/1.1'])
+        # a backlog of BACKLOG (asyncio's default is 100: a burst of more connections than that waits for the
+        # client's SYN to be sent again, a second later)
         self._server = await asyncio.start_server(self._handle, self.host, self.port, ssl=context, limit=HEAD_LIMIT,
-                                                  reuse_address=True)
+                                                  reuse_address=True, backlog=BACKLOG)
         asyncio.ensure_future(self._close_idle())
 
     def _stop(self):

@@ -75,6 +75,7 @@ import http.client as http_client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -203,7 +204,7 @@ def busy_requests(url):
 class Sync(object):
     """Keeps the router's workers in step with the replica files."""
 
-    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0, pin=None):
+    def __init__(self, base, key, folder, workers_file=None, drain_timeout=120.0, pin=None, gateway_pid=None):
         self.base, self.key, self.folder, self.workers_file = base, key, folder, workers_file
         self.pin = pin             # with HTTPS: the DER bytes of the router's certificate (read_pin), else None
         self.drain_timeout = drain_timeout
@@ -213,6 +214,7 @@ class Sync(object):
         self.adding = {}       # url -> when its addition was asked (the router adds in the background)
         self.swapping = {}     # url -> when its replica's file first named another address (kept until that one is healthy)
         self.current = None    # the router's workers as this round saw them ({url: worker}), None when it did not answer
+        self.gateway_pid = gateway_pid  # the gateway this launcher forked (the front door's check of its port)
 
     def workers(self):
         status, body = http('GET', self.base + '/workers', self.key, pin=self.pin)
@@ -389,13 +391,6 @@ def parse_options(argv):
     parser.add_argument('--drain-timeout', type=float, default=120.0,
                         help='seconds a replica taken out may finish its requests before it counts as out')
     parser.add_argument('--advertise', default=None, help='the host name clients use (default: this node, SLURMD_NODENAME)')
-    parser.add_argument('--proxy', choices=['none', 'litellm'], default='none',
-                        help="LiteLLM's proxy on the router's address and port, the gateway on the loopback behind it")
-    parser.add_argument('--gateway-keys', default=None, help="the proxy's registry of key hashes and limits (JSON)")
-    parser.add_argument('--usage-file', default=None, help='where the proxy counts the usage per team and day (JSON)')
-    parser.add_argument('--gateway-config', default=None, help="where the proxy's config is written (no secret in it)")
-    parser.add_argument('--proxy-metrics-port', type=int, default=None,
-                        help="the proxy's Prometheus /metrics (requests and tokens per team), on the router's address")
     parser.add_argument('--port-offset', type=int, default=0,
                         help="a router successor whose node's router port is taken (by the job it succeeds) moves its "
                              "ports by this much (0: it does not, and fails to bind)")
@@ -408,12 +403,34 @@ def parse_options(argv):
     parser.add_argument('--handovers-file', default=None,
                         help='where a router that handed the endpoint to its successor records it (a line, as replicas do)')
     scale_options(parser)
+    door_options(parser)
     opts = parser.parse_args(ours)
     if opts.proxy == 'litellm' and not (opts.gateway_keys and opts.usage_file and opts.gateway_config):
         parser.error('--proxy litellm needs --gateway-keys, --usage-file and --gateway-config')
+    if opts.proxy == 'glm' and not (opts.gateway_keys and opts.usage_file):
+        parser.error('--proxy glm needs --gateway-keys and --usage-file')
     if any(a == '--api-key' or a.startswith('--api-key=') for a in router_argv):
         parser.error('give the key in --key-file, not --api-key: a command line is visible to every user of the node')
     return opts, router_argv
+
+
+def door_options(parser):
+    """The front door (glm_front.py, --proxy glm) or LiteLLM's proxy (--proxy litellm) and their files; the door's
+    bounds (its request timeout is the gateway's own flag)."""
+    parser.add_argument('--proxy', choices=['none', 'glm', 'litellm'], default='none',
+                        help="the front door (glm_front.py, in this process) or LiteLLM's proxy on the router's address "
+                             "and port, the gateway on the loopback behind it")
+    parser.add_argument('--gateway-keys', default=None, help="the proxy's registry of key hashes and limits (JSON)")
+    parser.add_argument('--usage-file', default=None, help='where the proxy counts the usage per team and day (JSON)')
+    parser.add_argument('--gateway-config', default=None, help="where the proxy's config is written (no secret in it)")
+    parser.add_argument('--proxy-metrics-port', type=int, default=None,
+                        help="the proxy's Prometheus /metrics (requests and tokens per team), on the router's address")
+    parser.add_argument('--max-body-mb', type=int, default=32, help="the front door's largest request body (MiB)")
+    parser.add_argument('--max-connections', type=int, default=4096, help="the front door's connections at most")
+    parser.add_argument('--max-connections-per-peer', type=int, default=1024,
+                        help="the front door's connections at most from one address")
+    parser.add_argument('--head-timeout', type=float, default=15.0,
+                        help="seconds the front door gives a request's whole head, from its first byte")
 
 
 def scale_options(parser):
@@ -496,6 +513,71 @@ def start_hold(opts, public, front, key):
                              key=None if proxied else key, check=check).start()
     except (OSError, ValueError, ssl.SSLError) as error:
         raise SystemExit('%s the hold cannot serve %s:%d: %s' % (LOG_PREFIX, host, port, error))
+
+
+def start_door(opts, public, base, key, router_argv):
+    """The front door (glm_front.py, beside this file; --proxy glm) on the router's PUBLIC (host, port, cert, key), in
+    front of the gateway at BASE (this node's loopback), with the teams' keys of --gateway-keys and the usage book of
+    --usage-file; the request timeout and the concurrency its shares divide are the gateway's own flags. Started (the
+    port bound in this process: no other listener can take it after this), or SystemExit when it cannot bind."""
+    import glm_front  # pylint: disable=import-error,import-outside-toplevel
+    import glm_gateway  # pylint: disable=import-error,import-outside-toplevel
+    host, port, tls_cert, tls_key = public
+    upstream = urllib.parse.urlsplit(base)
+    concurrency = int(args_value(router_argv, '--max-concurrent-requests', 256))
+    settings = glm_front.Settings(
+        request_timeout=float(args_value(router_argv, '--request-timeout-secs', 1800)), max_body_mb=opts.max_body_mb,
+        max_connections=opts.max_connections, max_per_peer=opts.max_connections_per_peer,
+        concurrency=concurrency if concurrency > 0 else 256, head_timeout=opts.head_timeout)
+    log('starting the front door on %s:%d%s in front of the gateway at %s, keys from %s (request timeout %d s, body at '
+        'most %d MiB, %d connections, %d from one address)%s' % (
+            host, port, ' (HTTPS)' if tls_cert else '', base, opts.gateway_keys, settings.request_timeout,
+            opts.max_body_mb, settings.max_connections, settings.max_per_peer,
+            '; a request that comes while no replica serves waits at most %d s for the first one' % opts.hold
+            if opts.hold else ''))
+    try:
+        return glm_front.FrontDoor(host, port, (upstream.hostname, upstream.port), log,
+                                   glm_gateway.shared_registry(opts.gateway_keys),
+                                   glm_gateway.shared_usage_book(opts.usage_file), key, opts.model,
+                                   tls=(tls_cert, tls_key) if tls_cert else None, bound=opts.hold,
+                                   settings=settings).start()
+    except (OSError, ValueError, ssl.SSLError) as error:
+        raise SystemExit('%s the front door cannot serve %s:%d: %s' % (LOG_PREFIX, host, port, error))
+
+
+def listening_sockets(port, host='127.0.0.1'):
+    """The inodes (``socket:[N]``) of the TCP sockets that listen on HOST:PORT or on every address at PORT, whoever's
+    (/proc/net/tcp lists the node's sockets for every user)."""
+    hexhost = ''.join('%02X' % int(part) for part in reversed(host.split('.')))
+    found = set()
+    with open('/proc/net/tcp', encoding='ascii') as handle:
+        for line in handle.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == '0A' and fields[1] in ('%s:%04X' % (hexhost, port), '00000000:%04X' % port):
+                found.add('socket:[%s]' % fields[9])
+    return found
+
+
+def held_by(pid, sockets):
+    """Whether every one of SOCKETS is among PID's open descriptors."""
+    held = set()
+    try:
+        for fd in os.listdir('/proc/%d/fd' % pid):
+            try:
+                held.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
+            except OSError:
+                continue
+    except OSError:
+        return False
+    return bool(sockets) and sockets <= held
+
+
+def raise_open_files():
+    """The soft limit of open files up to the hard one, before any child starts (the gateway and the front door hold
+    two descriptors per relayed request)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def free_loopback_port():
@@ -703,10 +785,15 @@ def start_children(opts, router_argv, key, children, stopping):
     """The gateway, and the proxy in front of it (--proxy litellm), their pids added to CHILDREN as they start; a
     signal that came before (in STOPPING) passed on to them. (gateway pid, its URL, certificate, pin, the proxy's
     Popen or None, the URL the endpoint's readiness is asked at)."""
-    proxied, held = opts.proxy == 'litellm', bool(opts.hold)
-    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied or held)
+    proxied, held, door = opts.proxy == 'litellm', bool(opts.hold), opts.proxy == 'glm'
+    raise_open_files()
+    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied or held or door)
     children.append(child)
     proxy, front = (None, base)
+    if door and not stopping:
+        hold = start_door(opts, public, base, key, router_argv)
+        local = '127.0.0.1' if public[0] in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else public[0]
+        return child, base, tls_cert, pin, None, '%s://%s:%d' % ('https' if tls_cert else 'http', local, public[1]), hold
     if proxied and not stopping:
         # behind the hold (scale to zero), the proxy too is on the loopback, plain HTTP: the hold serves the public port
         proxy, front = start_proxy(opts, key, base, ('127.0.0.1', free_loopback_port(), None, None) if held else public)
@@ -741,9 +828,19 @@ def drop_site_proxy(environ):
         environ.pop(name, None)
 
 
-def gateway_first(sync, base, proxy, live):
+def gateway_first(sync, base, proxy, live, door=None):
     """Before LiteLLM's PROXY answers clients: the replicas added to the gateway at BASE as soon as it answers, so
-    that the first requests find them (a launcher started again under load got 404s for a second or more before)."""
+    that the first requests find them (a launcher started again under load got 404s for a second or more before).
+    The front door (DOOR, --proxy glm) passes nothing on until the gateway's loopback port is held by the gateway this
+    launcher forked and by nothing else (gateway_is_ours): a port another user bound first gets no key."""
+    if door is not None and not door.upstream_verified:
+        sockets = listening_sockets(urllib.parse.urlsplit(base).port)
+        if held_by(sync.gateway_pid, sockets):
+            door.upstream_verified = True
+        elif sockets and not door.said_foreign:
+            door.said_foreign = True
+            log('the gateway\'s loopback port (%s) is held by a process that is not this job\'s gateway: nothing is '
+                'passed on to it' % base)
     if not live and proxy is not None and http('GET', base + '/liveness')[0] == 200:
         sync_round(sync)
 
@@ -759,14 +856,14 @@ def main(argv=None):
     turn.scaler = make_scaler(opts)
     said_restart(turn)
     router_argv = successor_ports(opts, router_argv)
-    proxied = opts.proxy == 'litellm'
+    proxied, door = opts.proxy == 'litellm', opts.proxy == 'glm'
     # the handlers first: a scancel while the children start is passed on to those started (the list grows)
     children = []
     stopping = forward_signals(children)
     child, base, tls_cert, pin, proxy, front, turn.hold = start_children(opts, router_argv, key, children, stopping)
     # the gateway's own calls (workers, health) go to it directly: the loopback behind the proxy (or the hold), or its
     # own port
-    sync = Sync(base, key, opts.replicas_dir, None, opts.drain_timeout, None if proxied or opts.hold else pin)
+    sync = Sync(base, key, opts.replicas_dir, None, opts.drain_timeout, None if proxied or door or opts.hold else pin, child)
     ready = '/health/liveliness' if proxied else '/liveness'    # LiteLLM's spelling (proxy/health_endpoints)
     url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
     live, said = False, None
@@ -774,8 +871,8 @@ def main(argv=None):
         ended = children_ended(child, proxy, stopping, turn.workers_file())
         if ended is not None:
             return ended
-        gateway_first(sync, base, proxy, live)
-        answer = http('GET', front + ready, pin=None if opts.hold else pin) if not live else (None, None)
+        gateway_first(sync, base, proxy, live, turn.hold if door else None)
+        answer = http('GET', front + ready, pin=pin if door or not opts.hold else None) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
             said = answer[1]                    # a TLS failure says so once, instead of waiting in silence
             log('the router does not answer over HTTPS yet: %s' % said)
