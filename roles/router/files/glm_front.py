@@ -19,11 +19,14 @@ Per request (HTTP/1.1, each request of a kept-alive connection read and checked 
   field): credentials and routing are the service's, not the client's;
 - the team's limits (Limits): requests at once (max_parallel, else the team's share of --concurrency), requests a
   minute (rpm), tokens a minute (tpm, counted as answers end): 429 with Retry-After;
-- then the request goes to the gateway on a connection of its own (``Connection: close``), the head without the
-  hop-by-hop fields and the client's key, with the gateway's own key, and the body's bytes as the client sent them;
-  the answer's bytes come back unchanged (a gateway answer without framing is sent chunked to a kept-alive client).
-  Nothing reads or alters a stream's events; the request ends at --request-timeout s (the gateway's own, the same
-  setting) or when the client goes away (the gateway's connection is closed, and it aborts the request).
+- then the request goes to the gateway (glm_front_relay.py) on a kept-alive connection of the door's pool, opened only
+  while the gateway's port is held by the gateway the launcher forked (gateway_ours), the head without the hop-by-hop
+  fields and the client's key, with the gateway's own key, and the body's bytes as the client sent them; the answer's
+  bytes come back unchanged (a gateway answer without framing is sent chunked to the kept-alive client). Nothing reads
+  or alters a stream's events; the request ends at --request-timeout s (the gateway's own, the same setting) or when
+  the client goes away (the gateway's connection is closed, and it aborts the request). HTTP/1.1 only (505 else);
+  a control character in a request line or a field's value (a bare LF the gateway would take as a line's end), and a
+  body on anything but a POST, are refused (400).
 - usage per team and UTC day (glm_gateway.UsageBook, the file status and usage read): requests, errors, limited,
   and the tokens the answer's ``usage`` names; a stream without a usage event (the client did not ask
   stream_options.include_usage) is counted as one completion token per content event and a prompt of a token per
@@ -41,6 +44,7 @@ __metaclass__ = type
 
 import asyncio
 import collections
+import os
 import re
 import ssl
 import time
@@ -67,6 +71,33 @@ POOL_MOST = 1024
 POOL_IDLE = 4.0
 #: seconds between two log lines of the same kind of trouble (accept errors)
 LOG_EVERY = 10.0
+
+
+def listening_sockets(port, host='127.0.0.1'):
+    """The inodes (``socket:[N]``) of the TCP sockets that listen on HOST:PORT or on every address at PORT, whoever's
+    (/proc/net/tcp lists the node's sockets for every user)."""
+    hexhost = ''.join('%02X' % int(part) for part in reversed(host.split('.')))
+    found = set()
+    with open('/proc/net/tcp', encoding='ascii') as handle:
+        for line in handle.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == '0A' and fields[1] in ('%s:%04X' % (hexhost, port), '00000000:%04X' % port):
+                found.add('socket:[%s]' % fields[9])
+    return found
+
+
+def held_by(pid, sockets):
+    """Whether every one of SOCKETS (and at least one) is among PID's open descriptors."""
+    held = set()
+    try:
+        for fd in os.listdir('/proc/%d/fd' % pid):
+            try:
+                held.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
+            except OSError:
+                continue
+    except OSError:
+        return False
+    return bool(sockets) and sockets <= held
 
 
 class Limits:
@@ -132,7 +163,7 @@ class Settings:
         self.concurrency, self.head_timeout = int(concurrency), float(head_timeout)
 
 
-class FrontDoor(glm_hold.Hold):
+class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
     """The router's public address: REGISTRY (glm_gateway.Registry), USAGE (glm_gateway.UsageBook), the gateway at
     UPSTREAM (host, port) with UPSTREAM_KEY. BOUND > 0: scale to zero (the hold's waiting); 0: requests always go on."""
 
@@ -145,9 +176,10 @@ class FrontDoor(glm_hold.Hold):
         self.holding = bound > 0
         self.peers = collections.Counter()
         self.pool = []                  # idle kept-alive connections to the gateway (_Upstream), the newest last
-        self.upstream_verified = False  # set by the launcher once the gateway's port is its child's (nothing before)
+        self.gateway_pid = None         # the gateway the launcher forked: nothing is passed on before it is known
         self.said_foreign = False
-        self.counts.update({'refused_connections': 0, 'accept_errors': 0, 'answered': 0})
+        self._ours = (-1.0, False)      # (when, whether the gateway's port was its own then)
+        self.counts.update({'refused_connections': 0, 'accept_errors': 0, 'loop_errors': 0})
         self._said = {}
 
     async def _bind(self):
@@ -162,7 +194,7 @@ class FrontDoor(glm_hold.Hold):
     def _loop_error(self, loop, context):
         """asyncio's errors (an accept that failed: EMFILE) in the log once per LOG_EVERY s, with their count."""
         kind = type(context.get('exception')).__name__
-        self.counts['accept_errors'] += 1
+        self.counts['accept_errors' if 'accept' in context.get('message', '') else 'loop_errors'] += 1
         now = time.monotonic()
         last, count = self._said.get(kind, (0.0, 0))
         if now - last >= LOG_EVERY:
@@ -182,6 +214,10 @@ class FrontDoor(glm_hold.Hold):
         for upstream in self.pool:
             upstream.transport.close()
         self.pool = []
+
+    def _close_idle_now(self):
+        if self.holding:
+            glm_hold.Hold._close_idle_now(self)
 
     def _set_serving(self, serving):
         if self.holding:
@@ -213,32 +249,49 @@ class FrontDoor(glm_hold.Hold):
             conn.close()
 
     async def _one(self, conn):
-        """One request of CONN; whether the connection goes on to its next one."""
+        """One request of CONN; whether the connection goes on to its next one. The key and the route are checked
+        before the body is read, the team's limits too (a body is read only for a request that may run); only a POST
+        may have a body."""
         conn.answered = True
-        head = await conn.read_head()
+        head = await conn.read_head(first=conn.requests == 0)
         if head is None:
             return False
-        conn.answered = False
-        parsed, body = None, None
+        conn.answered, conn.requests = False, conn.requests + 1
+        parsed, body, work, entry = None, None, False, None
         try:
             parsed = head = parse_head(head)
             entry = self._admit(head)
+            if (head.length or head.chunked) and head.method != 'POST':
+                raise Refused(400, 'Bad Request', 'only a POST has a body here')
+            work = entry is not None and head.method == 'POST'
+            if work:                        # work: limited and counted (a listing of the models is neither)
+                self._limit(entry)
             body = await conn.read_body(head, self.settings.max_body)
-            if entry is not None:
-                check_body(body)
+            if work:
+                await self._check_body(body)
         except Refused as refused:
+            if work and refused.status != 429:
+                self.limits.done(entry['team'], 0)
             await conn.refuse(refused, parsed if body is None else None)
             return False
         if entry is None:                   # an open route: the gateway's liveness
             return await self._pass(conn, head, body, None)
-        if head.method == 'POST':           # work: limited and counted (a listing of the models is neither)
-            try:
-                self.limits.admit(entry, self.registry.teams())
-            except Refused as refused:
-                self.usage.add(entry['team'], requests=1, limited=1)
-                await conn.send(refused.answer(keep_alive=head.keep_alive))
-                return head.keep_alive
-        return await self._admitted(conn, head, body, entry)
+        return await self._admitted(conn, head, body, entry, work)
+
+    def _limit(self, entry):
+        """The team's limits (Limits.admit); a refusal counted in its usage."""
+        try:
+            self.limits.admit(entry, self.registry.teams())
+        except Refused:
+            self.usage.add(entry['team'], requests=1, limited=1)
+            raise
+
+    async def _check_body(self, body):
+        """check_body, in a thread of the loop's executor for a body over a MiB (its JSON would stop every stream)."""
+        if len(body) > 1048576:
+            await asyncio.get_event_loop().run_in_executor(None, check_body, body)
+        else:
+            check_body(body)
 
     def _admit(self, head):
         """The registry's entry of the request's team; None for an open route; Refused 401/403 else."""
@@ -256,10 +309,9 @@ class FrontDoor(glm_hold.Hold):
                           kind='permission_error', code='route_not_allowed')
         return entry
 
-    async def _admitted(self, conn, head, body, entry):
+    async def _admitted(self, conn, head, body, entry, work):
         """A team's request that passed every check: held while no replica serves (scale to zero), then passed on; a
         POST (work) counted in the team's usage."""
-        work = head.method == 'POST'
         tokens = 0
         try:
             if work:
@@ -288,7 +340,7 @@ class FrontDoor(glm_hold.Hold):
     async def _pass(self, conn, head, body, entry):
         """HEAD and BODY to the gateway, its answer back; (whether CONN goes on, (prompt, completion) tokens, the
         answer's status or None). An open route: only whether CONN goes on."""
-        if not self.upstream_verified:
+        if not self.gateway_ours():
             await conn.send(Refused(503, 'Service Unavailable', 'the gateway is starting', kind='service_unavailable',
                                     retry_after=5).answer())
             return False if entry is None else (False, (0, 0), 503)
@@ -298,12 +350,28 @@ class FrontDoor(glm_hold.Hold):
             await asyncio.wait_for(exchange.run(), self.settings.request_timeout)
         except asyncio.TimeoutError:
             exchange.timed_out()
+        except (ConnectionError, OSError, ssl.SSLError):
+            conn.gone = True                # the client went while its answer was written: counted all the same
         finally:
             exchange.close()
+            if exchange.watch is not None:  # ended before the next read (Python 3.12+ checks the reader's waiter)
+                await asyncio.gather(exchange.watch, return_exceptions=True)
         keep = exchange.keep and head.keep_alive and not conn.gone
         if entry is None:
             return keep
         return keep, exchange.usage.tokens(len(body)), exchange.status
+
+    listening_sockets = staticmethod(listening_sockets)
+
+    def gateway_ours(self):
+        """Whether the gateway's loopback port is listened on by the gateway the launcher forked and nothing else
+        (read again at most once a second): before a new connection to it, which carries the gateway's key. Another
+        user of the node who binds the port first, or once the gateway has exited, gets nothing."""
+        now = time.monotonic()
+        if now - self._ours[0] >= 1.0:
+            pid = self.gateway_pid
+            self._ours = (now, pid is not None and held_by(pid, listening_sockets(self.upstream[1])))
+        return self._ours[1] and self.gateway_pid is not None
 
     def pool_take(self):
         """A kept-alive connection to the gateway, idle less than POOL_IDLE s, or None."""
@@ -316,6 +384,9 @@ class FrontDoor(glm_hold.Hold):
         return None
 
     def pool_put(self, upstream):
+        now = time.monotonic()
+        while self.pool and (now - self.pool[0].idle_since >= POOL_IDLE or self.pool[0].transport.is_closing()):
+            self.pool.pop(0).transport.close()      # the oldest first: expired or closed by the gateway
         if len(self.pool) < POOL_MOST and not self.stopping:
             upstream.exchange = upstream.client = None
             self.pool.append(upstream)
@@ -330,11 +401,11 @@ class _Conn:
     """A client's connection: its reader with what was read ahead, its writer; ``answered``/``last`` for the hold's
     closing of idle connections at zero."""
 
-    __slots__ = ('reader', 'writer', 'buf', 'gone', 'answered', 'last', 'head_timeout')
+    __slots__ = ('reader', 'writer', 'buf', 'gone', 'answered', 'last', 'head_timeout', 'requests')
 
     def __init__(self, reader, writer, head_timeout=HEAD_DEADLINE):
         self.reader, self.writer, self.buf, self.gone = reader, writer, bytearray(), False
-        self.head_timeout = head_timeout
+        self.head_timeout, self.requests = head_timeout, 0
         self.answered, self.last = True, time.monotonic()
 
     async def _more(self, timeout):
@@ -344,17 +415,24 @@ class _Conn:
         self.buf += data
         self.last = time.monotonic()
 
-    async def read_head(self):
+    async def read_head(self, first=False):
         """The next request's head (bytes, with its empty line), or None when the client closed or went quiet; a
-        Refused answer is written here for a head too large or too slow."""
+        Refused answer is written here for a head too large or too slow. FIRST (a new connection): its head within
+        the head's deadline from the accept; a kept-alive one may wait KEEPALIVE_IDLE s for its next request, and
+        then has the head's deadline from its first byte. A few empty lines before a request are skipped (RFC 9112
+        section 2.2), no more."""
         try:
+            deadline = time.monotonic() + self.head_timeout
             if not self.buf:
-                await self._more(KEEPALIVE_IDLE)
-            while self.buf[:2] == b'\r\n':        # RFC 9112 section 2.2: empty lines before a request are ignored
+                await self._more(self.head_timeout if first else KEEPALIVE_IDLE)
+                deadline = time.monotonic() + self.head_timeout
+            self.answered = False
+            for _line in range(4):
+                if self.buf[:2] != b'\r\n':
+                    break
                 del self.buf[:2]
                 if not self.buf:
-                    await self._more(KEEPALIVE_IDLE)
-            deadline = time.monotonic() + self.head_timeout
+                    await self._more(deadline - time.monotonic())
             while True:
                 end = self.buf.find(b'\r\n\r\n')
                 if end >= 0:

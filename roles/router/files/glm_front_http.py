@@ -35,6 +35,9 @@ REFUSED_PREFIXES = ('os.environ/', 'oidc/')
 #: fields of a request's or an answer's head that are the connection's, not the message's (RFC 9110 section 7.6.1)
 HOP_BY_HOP = frozenset((b'connection', b'keep-alive', b'proxy-connection', b'proxy-authorization', b'proxy-authenticate',
                         b'te', b'trailer', b'transfer-encoding', b'upgrade', b'content-length', b'expect'))
+#: a control character (a bare CR or LF, NUL, ...) but a tab: one in a request line or a field's value could be read
+#: as the end of a line by the gateway (httparse takes a bare LF), which would then see fields this door did not
+_CONTROL = re.compile(rb'[\x00-\x08\x0a-\x1f\x7f]')
 _TOKEN = re.compile(rb'^[!#$%&\'*+.^_`|~0-9A-Za-z-]+$')
 
 
@@ -85,15 +88,18 @@ def parse_head(data):
     if lines[-2:] != [b'', b'']:
         raise Refused(400, 'Bad Request', 'a request head ends with an empty line (CRLF CRLF)')
     parts = lines[0].split(b' ')
-    if len(parts) != 3 or parts[2] not in (b'HTTP/1.1', b'HTTP/1.0') or not parts[1].startswith(b'/'):
+    if len(parts) != 3 or not parts[1].startswith(b'/') or _CONTROL.search(lines[0]):
         raise Refused(400, 'Bad Request', 'not an HTTP/1.1 request line (METHOD /path HTTP/1.1)')
+    if parts[2] != b'HTTP/1.1':
+        raise Refused(505, 'HTTP Version Not Supported', 'this service speaks HTTP/1.1 only')
     head = Head()
     head.method, head.target, head.version = parts[0].decode('ascii', 'replace'), parts[1].decode('latin-1'), parts[2]
     head.fields = []
     for line in lines[1:-2]:
         name, sep, value = line.partition(b':')
-        if not sep or not _TOKEN.match(name):
-            raise Refused(400, 'Bad Request', 'a malformed header field (folded, or a space before its colon)')
+        if not sep or not _TOKEN.match(name) or _CONTROL.search(value):
+            raise Refused(400, 'Bad Request', 'a malformed header field (folded, a space before its colon, or a '
+                          'control character such as a bare CR or LF in its value)')
         head.fields.append((name.lower(), value.strip(b' \t')))
     _framing(head)
     return head
@@ -142,8 +148,8 @@ def check_body(body):
         return
     try:
         data = json.loads(body)
-    except ValueError:
-        raise Refused(400, 'Bad Request', 'the body is not JSON')
+    except (ValueError, RecursionError):
+        raise Refused(400, 'Bad Request', 'the body is not JSON (or nested too deep)')
     if not isinstance(data, dict):
         raise Refused(400, 'Bad Request', 'the body is not a JSON object')
     for name in data:

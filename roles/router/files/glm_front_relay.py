@@ -18,7 +18,10 @@ import time
 
 from glm_front_http import CHUNK, HEAD_LIMIT, HOP_BY_HOP, Refused
 
-_USAGE = {name: re.compile(rb'"' + name.encode() + rb'"\s*:\s*(\d+)') for name in ('prompt_tokens', 'completion_tokens')}
+#: the answer's token counts: OpenAI's chat and completions names, the Responses API's (input, output), an embedding's
+#: (prompt only)
+_USAGE = {name: re.compile(rb'"' + name.encode() + rb'"\s*:\s*(\d+)')
+          for name in ('prompt_tokens', 'completion_tokens', 'input_tokens', 'output_tokens')}
 
 
 class Usage:
@@ -56,11 +59,13 @@ class Usage:
             values = pattern.findall(self.tail)
             if values:
                 found[name] = int(values[-1])
-        if len(found) == 2:
-            return found['prompt_tokens'], found['completion_tokens']
+        prompt = found.get('prompt_tokens', found.get('input_tokens'))
+        completion = found.get('completion_tokens', found.get('output_tokens'))
+        if prompt is not None and (completion is not None or not self.stream):
+            return prompt, completion or 0
         if self.stream:
             return body_length // 4, max(0, self.events - self.overhead)
-        return 0, 0
+        return body_length // 4, 0
 
 
 class Exchange:
@@ -93,8 +98,9 @@ class Exchange:
         self.up = upstream.transport
         self.watch = asyncio.ensure_future(self._watch_client())
         ended = await upstream.done
-        if ended is not True and not self.sent_head and upstream.reused and not self.conn.gone:
-            # a kept-alive connection the gateway closed as the request went: it read nothing of it; once again anew
+        if ended is not True and not self.sent_head and upstream.closed_at_once() and not self.conn.gone:
+            # a kept-alive connection the gateway had closed as the request went (no byte back, within a second): it
+            # read nothing of it; once again on a new one
             upstream = await self._send(fresh=True)
             if upstream is None:
                 return
@@ -106,13 +112,10 @@ class Exchange:
                                              'answer', kind='bad_gateway').answer())
             self.status, self.keep = 502, False
             return
-        if self.wrap:
-            self.conn.writer.write(b'0\r\n\r\n')
-        elif ended is not True and self.framing != 'close':
+        if self.wrap and ended is None:
+            self.conn.writer.write(b'0\r\n\r\n')       # the gateway's answer ended with its connection, cleanly
+        elif ended is not True and not (self.framing == 'close' and ended is None):
             self.keep = False           # cut inside the answer: the client must not read a next one from here
-        if ended is True and upstream.reusable():
-            self.door.pool_put(upstream)
-            self.up = None
         await self.conn.writer.drain()
         self.conn.answered, self.conn.last = True, time.monotonic()
 
@@ -124,6 +127,11 @@ class Exchange:
         if upstream is not None:
             upstream.start(self, loop.create_future())
             return upstream
+        if not self.door.gateway_ours():
+            await self.conn.send(Refused(503, 'Service Unavailable', 'the gateway behind this door is not there',
+                                         kind='service_unavailable', retry_after=5).answer())
+            self.keep, self.status = False, 503
+            return None
         upstream = _Upstream()
         upstream.start(self, loop.create_future())
         try:
@@ -164,8 +172,9 @@ class Exchange:
         fields = [(k.strip().lower(), k, v.strip()) for k, _sep, v in fields]
         coding = [v.lower() for k, _n, v in fields if k == b'transfer-encoding']
         length = [v for k, _n, v in fields if k == b'content-length']
-        self.framing = framing = 'chunked' if coding == [b'chunked'] else 'length' if length else 'close'
-        self.length = int(length[0]) if length and length[0].isdigit() else 0
+        bodiless = self.status in (204, 304)
+        self.framing = framing = 'chunked' if coding == [b'chunked'] else 'length' if length or bodiless else 'close'
+        self.length = int(length[0]) if length and length[0].isdigit() and not bodiless else 0
         self.up_keeps = framing != 'close' and not [v for k, _n, v in fields if k == b'connection' and b'close' in v.lower()]
         kind = [v for k, _n, v in fields if k == b'content-type']
         self.usage = Usage(bool(kind) and kind[0].startswith(b'text/event-stream'),
@@ -199,10 +208,11 @@ class Exchange:
 
 class _Upstream(asyncio.Protocol):
     """A connection to the gateway, kept alive between exchanges (FrontDoor.pool_put). For its exchange: the answer's
-    head read whole, then every piece written to the client's transport as it comes (framed as a chunk when the
-    exchange wraps it), its end found from its framing (Content-Length, or the chunks' sizes: the bytes pass
-    unchanged), reading paused while the client's side has more than HIGH_WATER bytes unsent. DONE gets True when the
-    answer ended whole, else what ended the connection."""
+    head read whole (interim 1xx answers dropped: the door answered Expect itself), then every piece written to the
+    client's transport as it comes (framed as a chunk when the exchange wraps it), its end found from its framing
+    (Content-Length, or the chunks' sizes: the bytes pass unchanged; none for 204 and 304); a byte past the end makes
+    the connection one not to keep, and is not passed on. Reading is paused while the client's side has more than
+    HIGH_WATER bytes unsent. DONE gets True when the answer ended whole, else what ended the connection."""
 
     HIGH_WATER = 262144
 
@@ -210,8 +220,8 @@ class _Upstream(asyncio.Protocol):
         self.exchange = self.done = self.transport = self.client = None
         self.head, self.line = bytearray(), bytearray()
         self.left = self.need = 0
-        self.trailers = self.reused = self.clean = False
-        self.idle_since = 0.0
+        self.trailers = self.reused = self.clean = self.paused = False
+        self.idle_since = self.sent_at = 0.0
 
     def start(self, exchange, done):
         self.reused = self.transport is not None
@@ -219,56 +229,84 @@ class _Upstream(asyncio.Protocol):
         self.head, self.line = bytearray(), bytearray()
         self.left = self.need = 0
         self.trailers = self.clean = False
+        self.sent_at = time.monotonic()
         if self.transport is not None:
             self.transport.write(exchange.request())
 
     def reusable(self):
         return self.clean and self.exchange.up_keeps and not self.transport.is_closing()
 
+    def closed_at_once(self):
+        """A kept-alive connection that ended within a second of the request, before a byte came back."""
+        return self.reused and not self.head and time.monotonic() - self.sent_at < 1.0
+
     def connection_made(self, transport):
         self.transport = transport
         transport.write(self.exchange.request())
 
     def data_received(self, data):
-        exchange = self.exchange
-        if exchange is None or self.done.done():
+        exchange, client, done = self.exchange, self.client, self.done
+        if exchange is None or done.done():
             self.transport.close()          # bytes while idle, or after the answer: not a connection to keep
             return
         if not exchange.sent_head:
-            self.head += data
+            data = self._answer_head(data)
+            if data is None:
+                return
+        end = self._end(data)
+        if end is not None:                 # the end first: back in the pool before the client reads the last bytes
+            data, rest = data[:end], data[end:]
+            self.clean = not rest
+            if rest:
+                self.transport.close()
+            self.idle_since = time.monotonic()
+            if self.reusable():
+                exchange.up = None
+                exchange.door.pool_put(self)
+        if data:
+            exchange.usage.feed(data)
+            client.write(b'%x\r\n%s\r\n' % (len(data), data) if exchange.wrap else data)
+        if end is not None:
+            done.set_result(True)
+        elif not self.paused and client.get_write_buffer_size() > self.HIGH_WATER:
+            self.paused = True
+            self.transport.pause_reading()
+            asyncio.ensure_future(self._resume())
+
+    def _answer_head(self, data):
+        """The answer's head, written to the client once whole (interim 1xx heads dropped); the bytes after it, or
+        None while it is not whole."""
+        self.head += data
+        while True:
             end = self.head.find(b'\r\n\r\n')
             if end < 0:
                 if len(self.head) > HEAD_LIMIT:
                     self.transport.close()
-                return
-            data = bytes(self.head[end + 4:])
-            self.client.write(exchange.answer_head(bytes(self.head[:end + 4])))
-            self.left = exchange.length
-            if not data and not self._ended(data):
-                return
-        if data:
-            exchange.usage.feed(data)
-            self.client.write(b'%x\r\n%s\r\n' % (len(data), data) if exchange.wrap else data)
-        if self._ended(data):
-            self.clean = True
-            self.done.set_result(True)
-            self.idle_since = time.monotonic()
-        elif self.client.get_write_buffer_size() > self.HIGH_WATER:
-            self.transport.pause_reading()
-            asyncio.ensure_future(self._resume())
+                return None
+            if not self.head.startswith(b'HTTP/1.1 1') or self.head.startswith(b'HTTP/1.1 101'):
+                break
+            del self.head[:end + 4]         # 100 Continue, 103 Early Hints: not the answer
+        rest = bytes(self.head[end + 4:])
+        self.client.write(self.exchange.answer_head(bytes(self.head[:end + 4])))
+        self.left = self.exchange.length
+        return rest
 
-    def _ended(self, data):
-        """Whether the answer ended with DATA (its framing's end; a close-delimited one ends with the connection)."""
+    def _end(self, data):
+        """Where the answer ends in DATA (an index), or None when it goes on (a close-delimited one ends with the
+        connection)."""
         framing = self.exchange.framing
         if framing == 'length':
+            if len(data) >= self.left:
+                end, self.left = self.left, 0
+                return end
             self.left -= len(data)
-            return self.left <= 0
+            return None
         if framing == 'chunked':
             return self._chunks(data)
-        return False
+        return None
 
     def _chunks(self, data):
-        """Follows the chunks' sizes through DATA; True after the last chunk and its trailer section."""
+        """Follows the chunks' sizes through DATA; the index just past the last chunk's trailer section, or None."""
         i, n = 0, len(data)
         while i < n:
             if self.need:
@@ -279,33 +317,34 @@ class _Upstream(asyncio.Protocol):
             j = data.find(b'\n', i)
             if j < 0:
                 self.line += data[i:]
-                return False
+                return None
             line = bytes(self.line) + data[i:j]
             self.line = bytearray()
             i = j + 1
             if self.trailers:
                 if not line.strip():
-                    return True
+                    return i
                 continue
-            size = line.split(b';', 1)[0].strip()
             try:
-                size = int(size, 16)
+                size = int(line.split(b';', 1)[0].strip(), 16)
             except ValueError:
                 self.transport.close()
-                return False
+                return None
             if size == 0:
                 self.trailers = True
             else:
                 self.need = size + 2
-        return False
+        return None
 
     async def _resume(self):
-        try:
-            await self.exchange.conn.writer.drain()
-        except (ConnectionError, OSError, ssl.SSLError):
+        """Reading again once the client's side has taken what was written (polled: one task drains the client's
+        writer at a time, the exchange's)."""
+        while self.client.get_write_buffer_size() > self.HIGH_WATER // 4 and not self.client.is_closing():
+            await asyncio.sleep(0.005)
+        self.paused = False
+        if self.client.is_closing():
             self.transport.close()
-            return
-        if not self.transport.is_closing():
+        elif not self.transport.is_closing():
             self.transport.resume_reading()
 
     def eof_received(self):

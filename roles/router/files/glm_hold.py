@@ -186,8 +186,10 @@ class Hold(object):
             context.set_alpn_protocols(['http/1.1'])
         # a backlog of BACKLOG (asyncio's default is 100: a burst of more connections than that waits for the
         # client's SYN to be sent again, a second later)
+        # a TLS handshake that does not end within HEAD_TIMEOUT is dropped (asyncio's default waits 60 s)
         self._server = await asyncio.start_server(self._handle, self.host, self.port, ssl=context, limit=HEAD_LIMIT,
-                                                  reuse_address=True, backlog=BACKLOG)
+                                                  reuse_address=True, backlog=BACKLOG,
+                                                  ssl_handshake_timeout=HEAD_TIMEOUT if context else None)
         asyncio.ensure_future(self._close_idle())
 
     def _stop(self):

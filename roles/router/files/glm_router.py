@@ -545,33 +545,6 @@ def start_door(opts, public, base, key, router_argv):
         raise SystemExit('%s the front door cannot serve %s:%d: %s' % (LOG_PREFIX, host, port, error))
 
 
-def listening_sockets(port, host='127.0.0.1'):
-    """The inodes (``socket:[N]``) of the TCP sockets that listen on HOST:PORT or on every address at PORT, whoever's
-    (/proc/net/tcp lists the node's sockets for every user)."""
-    hexhost = ''.join('%02X' % int(part) for part in reversed(host.split('.')))
-    found = set()
-    with open('/proc/net/tcp', encoding='ascii') as handle:
-        for line in handle.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == '0A' and fields[1] in ('%s:%04X' % (hexhost, port), '00000000:%04X' % port):
-                found.add('socket:[%s]' % fields[9])
-    return found
-
-
-def held_by(pid, sockets):
-    """Whether every one of SOCKETS is among PID's open descriptors."""
-    held = set()
-    try:
-        for fd in os.listdir('/proc/%d/fd' % pid):
-            try:
-                held.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
-            except OSError:
-                continue
-    except OSError:
-        return False
-    return bool(sockets) and sockets <= held
-
-
 def raise_open_files():
     """The soft limit of open files up to the hard one, before any child starts (the gateway and the front door hold
     two descriptors per relayed request)."""
@@ -833,11 +806,9 @@ def gateway_first(sync, base, proxy, live, door=None):
     that the first requests find them (a launcher started again under load got 404s for a second or more before).
     The front door (DOOR, --proxy glm) passes nothing on until the gateway's loopback port is held by the gateway this
     launcher forked and by nothing else (gateway_is_ours): a port another user bound first gets no key."""
-    if door is not None and not door.upstream_verified:
-        sockets = listening_sockets(urllib.parse.urlsplit(base).port)
-        if held_by(sync.gateway_pid, sockets):
-            door.upstream_verified = True
-        elif sockets and not door.said_foreign:
+    if door is not None:
+        door.gateway_pid = sync.gateway_pid
+        if not door.said_foreign and not door.gateway_ours() and door.listening_sockets(door.upstream[1]):
             door.said_foreign = True
             log('the gateway\'s loopback port (%s) is held by a process that is not this job\'s gateway: nothing is '
                 'passed on to it' % base)
@@ -870,7 +841,7 @@ def main(argv=None):
     while True:
         ended = children_ended(child, proxy, stopping, turn.workers_file())
         if ended is not None:
-            return ended
+            return gateway_gone(turn, ended)
         gateway_first(sync, base, proxy, live, turn.hold if door else None)
         answer = http('GET', front + ready, pin=pin if door or not opts.hold else None) if not live else (None, None)
         if tls_cert and answer[0] is None and ('TLS' in str(answer[1]) or 'SSL' in str(answer[1])) and answer[1] != said:
@@ -885,6 +856,14 @@ def main(argv=None):
         if ended is not None:
             return ended
         pause(turn, live)
+
+
+def gateway_gone(turn, ended):
+    """The gateway has exited: the front door (--proxy glm) opens no connection to its port from now (another user
+    could bind it); ENDED, the job's exit status."""
+    if turn.hold is not None and hasattr(turn.hold, 'gateway_pid'):
+        turn.hold.gateway_pid = None
+    return ended
 
 
 def pause(turn, live):
@@ -1055,6 +1034,7 @@ def stop_front_first(turn, children):
     if turn.hold is not None:
         turn.hold.stop()
     stop_children(children, turn.opts.drain_timeout)
+    gateway_gone(turn, None)
     if turn.hold is not None:
         turn.hold.stop(timeout=10.0)
 

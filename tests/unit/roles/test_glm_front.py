@@ -43,6 +43,9 @@ class Gateway(http.server.BaseHTTPRequestHandler):
         body = json.loads(raw or b'{}')
         Gateway.seen.append((self.command, self.path, dict(self.headers), raw, self.client_address[1]))
         time.sleep(body.get('sleep', 0))
+        if body.get('odd'):
+            self._odd(body['odd'])
+            return
         if body.get('stream'):
             self._stream(body)
             return
@@ -53,6 +56,23 @@ class Gateway(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # pylint: disable=invalid-name
         Gateway.seen.append((self.command, self.path, dict(self.headers), b'', self.client_address[1]))
         self._json({'object': 'list', 'data': [{'id': 'glm-5.3-flash'}], 'path': self.path})
+
+    def _odd(self, kind):
+        """Answers at the edges of HTTP/1.1: 'extra' (bytes past the Content-Length), 'nocontent' (204),
+        'early' (a 103 before the answer), 'embedding' (usage with prompt tokens only)."""
+        if kind == 'embedding':
+            self._json({'object': 'list', 'data': [], 'usage': {'prompt_tokens': 5, 'total_tokens': 5}})
+            return
+        if kind == 'early':
+            self.wfile.write(b'HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n')
+            self._json({'early': True})
+            return
+        if kind == 'nocontent':
+            self.send_response(204)
+            self.end_headers()
+            return
+        self.wfile.write(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nsmuggled!')
+        self.close_connection = True
 
     def _json(self, data):
         out = json.dumps(data).encode('utf-8')
@@ -123,7 +143,7 @@ def fixture_door(gateway, tmp_path):
                                     glm_gateway.Registry(registry),
                                     glm_gateway.UsageBook(tmp_path / 'usage.json', flush_interval=0.05),
                                     UPSTREAM_KEY, 'glm-5.3-flash', bound=bound, settings=glm_front.Settings(**settings))
-        front.upstream_verified = True
+        front.gateway_pid = os.getpid()           # the gateway's stand-in listens in this process
         front.logged = logged
         made.append(front.start())
         return front
@@ -174,6 +194,23 @@ def raw(door, data, wait=5.0, half_close=True):
 CHAT = {'model': 'glm-5.3-flash', 'messages': [{'role': 'user', 'content': 'hi'}]}
 
 
+def usage_today(front, tmp_path, requests):
+    """Today's usage per team once REQUESTS requests are in it (the door counts each as its exchange ends, just
+    after the client has its answer), at most 3 s."""
+    deadline, today = time.monotonic() + 3, {}
+    while time.monotonic() < deadline:
+        front.usage.flush()
+        try:
+            days = json.loads((tmp_path / 'usage.json').read_text(encoding='utf-8'))['days']
+        except OSError:
+            days = {}
+        today = days.get(time.strftime('%Y-%m-%d', time.gmtime()), {})
+        if sum(t['requests'] for t in today.values()) >= requests:
+            break
+        time.sleep(0.02)
+    return today
+
+
 def test_a_team_key_passes_with_the_gateways_key_and_nothing_of_the_connection(door):
     front = door()
     status, body, _r = ask(front, 'POST', '/v1/chat/completions?x=1', CHAT, headers={'Connection': 'keep-alive, X-Drop',
@@ -200,6 +237,9 @@ def test_the_gateways_connection_is_kept_between_answers_of_every_framing(door):
 def test_a_kept_connection_the_gateway_closed_is_not_used(door, gateway):
     front = door()
     assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 200
+    deadline = time.monotonic() + 2
+    while not front.pool and time.monotonic() < deadline:      # (the door pools it as the answer's end passes)
+        time.sleep(0.01)
     front.pool[0].idle_since -= 10                                # past POOL_IDLE: dropped, a new one opened
     assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 200
     assert Gateway.seen[0][4] != Gateway.seen[1][4]
@@ -259,7 +299,7 @@ def test_credentials_upstreams_and_code_in_the_body_are_refused(door, extra, nam
     assert Gateway.seen == []
 
 
-@pytest.mark.parametrize('body', [b'not json', b'[1, 2]', b'"os.environ/HOME"'])
+@pytest.mark.parametrize('body', [b'not json', b'[1, 2]', b'"os.environ/HOME"', b'[' * 200000])
 def test_a_body_that_is_not_a_json_object_is_refused(door, body):
     assert ask(door(), 'POST', '/v1/chat/completions', body, headers={'Content-Type': 'application/json'})[0] == 400
 
@@ -271,11 +311,20 @@ def test_a_body_that_is_not_a_json_object_is_refused(door, body):
     b'POST /v1/chat/completions HTTP/1.1\r\nHost : x\r\n\r\n',
     b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n',
     b'POST http://evil/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n',
-    b'GET /v1/models HTTP/2.0\r\n\r\n',
+    b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX: a\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n',
+    b'GET /liveness HTTP/1.1\r\nX: a\rb\r\n\r\n', b'GET /v1/models\x00 HTTP/1.1\r\n\r\n',
+    b'GET /liveness HTTP/1.1\r\nContent-Length: 5\r\n\r\n0\r\n\r\n',
 ])
 def test_a_head_the_gateway_could_read_another_way_is_refused(door, head):
     out = raw(door(), head)
     assert out.startswith(b'HTTP/1.1 400 '), out
+    assert Gateway.seen == []
+
+
+@pytest.mark.parametrize('version', [b'HTTP/1.0', b'HTTP/2.0'])
+def test_only_http_1_1_is_spoken(door, version):
+    out = raw(door(), b'GET /v1/models %s\r\n\r\n' % version)
+    assert out.startswith(b'HTTP/1.1 505 '), out
     assert Gateway.seen == []
 
 
@@ -354,9 +403,7 @@ def test_usage_per_team_from_the_answer_and_estimated_for_a_stream_without_one(d
     assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 200
     assert ask(front, 'POST', '/v1/chat/completions', dict(CHAT, stream=True, n=10), key=KEY_B)[0] == 200
     assert ask(front, 'POST', '/v1/chat/completions', CHAT, key='wrong')[0] == 401
-    front.usage.flush()
-    days = json.loads((tmp_path / 'usage.json').read_text(encoding='utf-8'))['days']
-    today = days[time.strftime('%Y-%m-%d', time.gmtime())]
+    today = usage_today(front, tmp_path, 2)
     assert today['default'] == {'requests': 1, 'errors': 0, 'limited': 0, 'prompt_tokens': 7, 'completion_tokens': 11}
     assert today['team-b']['requests'] == 1 and today['team-b']['completion_tokens'] == 8     # 11 events less 3
     assert sorted(today) == ['default', 'team-b']
@@ -402,10 +449,16 @@ def test_a_request_past_the_timeout_gets_504(door):
     assert ask(front, 'POST', '/v1/chat/completions', dict(CHAT, sleep=1.5))[0] == 504
 
 
-def test_nothing_passes_before_the_gateways_port_is_proven(door):
+def test_nothing_passes_before_the_gateways_port_is_proven_nor_after_the_gateway_is_gone(door):
     front = door()
-    front.upstream_verified = False
+    front.gateway_pid = 1                         # another process than the one that listens on the gateway's port
     assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 503 and Gateway.seen == []
+    front.gateway_pid = os.getpid()
+    front._ours = (-1.0, False)  # pylint: disable=protected-access
+    assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 200
+    front.gateway_pid = None                      # the launcher saw the gateway exit
+    front.pool = []
+    assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 503 and len(Gateway.seen) == 1
 
 
 def test_at_zero_only_a_teams_request_is_held_and_only_its_work_counts(door):
@@ -477,3 +530,30 @@ def test_a_stopping_door_closes_its_idle_connections_and_finishes_the_running_on
     assert idle.sock.recv(10) == b''                              # closed by the door, not left open
     with pytest.raises(OSError):
         socket.create_connection(('127.0.0.1', front.port), timeout=2)
+
+
+def test_bytes_past_an_answers_end_reach_nobody_and_its_connection_is_not_kept(door):
+    front = door()
+    conn = http.client.HTTPConnection('127.0.0.1', front.port, timeout=10)
+    status, body, _r = ask(front, 'POST', '/v1/chat/completions', dict(CHAT, odd='extra'), conn=conn)
+    assert status == 200 and body == {}
+    status, body, _r = ask(front, 'POST', '/v1/chat/completions', CHAT, conn=conn)
+    assert status == 200 and body['path'] == '/v1/chat/completions'            # its own answer, not 'smuggled!'
+    assert Gateway.seen[-1][4] != Gateway.seen[-2][4]
+
+
+@pytest.mark.parametrize('kind,expected', [('nocontent', 204), ('early', 200)])
+def test_a_bodiless_answer_and_an_interim_one_do_not_hang_the_connection(door, kind, expected):
+    front = door(request_timeout=5)
+    conn = http.client.HTTPConnection('127.0.0.1', front.port, timeout=10)
+    started = time.monotonic()
+    assert ask(front, 'POST', '/v1/chat/completions', dict(CHAT, odd=kind), conn=conn)[0] == expected
+    assert ask(front, 'POST', '/v1/chat/completions', CHAT, conn=conn)[0] == 200
+    assert time.monotonic() - started < 3
+
+
+def test_an_embeddings_prompt_tokens_count(door, tmp_path):
+    front = door()
+    assert ask(front, 'POST', '/v1/embeddings', dict(CHAT, odd='embedding'))[0] == 200
+    today = usage_today(front, tmp_path, 1)
+    assert today['default']['prompt_tokens'] == 5 and today['default']['completion_tokens'] == 0

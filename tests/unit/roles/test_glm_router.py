@@ -262,28 +262,24 @@ def test_a_launcher_started_again_keeps_the_ports_it_had(tmp_path):
     assert glm_router.successor_ports(opts, list(argv), killed) == argv
 
 
-class Door(object):
-    upstream_verified = False
-    said_foreign = False
-
-
 def test_the_front_door_passes_nothing_until_the_gateways_port_is_held_by_its_gateway_alone(tmp_path, capsys):
     """The gateway's loopback port listened on by another process (another user of the node who bound it first):
     the door stays closed (it passes nothing there) and the log says why, once; held by the gateway: open."""
     import subprocess
+    import glm_front  # pylint: disable=import-error,import-outside-toplevel
     sock, port = listening()
     other = subprocess.Popen(['sleep', '30'])
     try:
-        sync = glm_router.Sync('http://127.0.0.1:%d' % port, 'k', str(tmp_path))
-        door = Door()
-        sync.gateway_pid = other.pid                      # the launcher's gateway is not what listens there
-        for _round in range(2):
+        sync = glm_router.Sync('http://127.0.0.1:%d' % port, 'k', str(tmp_path), gateway_pid=other.pid)
+        door = glm_front.FrontDoor('127.0.0.1', 0, ('127.0.0.1', port), print, None, None, 'k', 'm')
+        for _round in range(2):                           # the launcher's gateway is not what listens there
             glm_router.gateway_first(sync, sync.base, None, False, door)
-        assert door.upstream_verified is False
+        assert door.gateway_ours() is False
         assert capsys.readouterr().out.count('is held by a process that is not this job') == 1
         sync.gateway_pid = os.getpid()                    # this process holds the socket: it is the gateway's
         glm_router.gateway_first(sync, sync.base, None, False, door)
-        assert door.upstream_verified is True
+        door._ours = (-1.0, False)  # pylint: disable=protected-access
+        assert door.gateway_ours() is True
     finally:
         other.kill()
         other.wait()
@@ -291,10 +287,11 @@ def test_the_front_door_passes_nothing_until_the_gateways_port_is_held_by_its_ga
 
 
 def test_nothing_listening_on_the_gateways_port_opens_nothing():
+    import glm_front  # pylint: disable=import-error,import-outside-toplevel
     sock, port = listening()
     sock.close()
-    assert glm_router.listening_sockets(port) == set()
-    assert glm_router.held_by(os.getpid(), set()) is False
+    assert glm_front.listening_sockets(port) == set()
+    assert glm_front.held_by(os.getpid(), set()) is False
 
 
 def test_the_front_door_options_take_their_bounds():
