@@ -392,8 +392,8 @@ def test_streams_pass_whole_identical_events_included_and_framed_for_a_kept_conn
     front = door()
     conn = http.client.HTTPConnection('127.0.0.1', front.port, timeout=10)
     for framing in ('chunked', 'close', 'chunked'):
-        status, text, response = ask(front, 'POST', '/v1/chat/completions', dict(CHAT, stream=True, n=1000,
-                                                                                  framing=framing), conn=conn)
+        asked = dict(CHAT, stream=True, n=1000, framing=framing)
+        status, text, response = ask(front, 'POST', '/v1/chat/completions', asked, conn=conn)
         assert status == 200 and text.count('data: {"choices":[{"delta":{"content":"same"}}]}') == 1000
         assert text.endswith('data: [DONE]\n\n') and response.getheader('Connection') != 'close'
 
