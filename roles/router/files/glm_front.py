@@ -393,9 +393,6 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         else:
             upstream.transport.close()
 
-    def counts_now(self):
-        return dict(self.counts, connections=len(self._relays))
-
 
 class _Conn:
     """A client's connection: its reader with what was read ahead, its writer; ``answered``/``last`` for the hold's
