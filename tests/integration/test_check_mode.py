@@ -105,11 +105,14 @@ def test_deploy_check_predicts_the_restart_of_a_changed_server(env):
 def test_teardown_check_cancels_nothing(env):
     before = new_jobs(env)
     assert (SERVE, 'RUNNING') in [row[1:] for row in before]
+    endpoint = os.path.join(env['work'], 'endpoint')
+    there = os.path.exists(endpoint)                   # the server writes it as it starts
     proc = run_playbook('teardown.yml', VARS, env['tmp'], options=['--check'])
     changed, failed = recap(proc)
-    assert (changed, failed) == (1, 0), proc.stdout[-4000:]
-    assert new_jobs(env) == before
+    assert (changed, failed) == (1 + there, 0), proc.stdout[-4000:]    # the cancel, the endpoint file's removal
+    assert new_jobs(env) == before and os.path.exists(endpoint) == there
 
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
-    assert recap(proc) == (1, 0), proc.stdout[-4000:]
+    assert recap(proc) == (1 + there, 0), proc.stdout[-4000:]
+    assert not os.path.exists(endpoint)
     assert (SERVE, 'RUNNING') not in [row[1:] for row in new_jobs(env)]

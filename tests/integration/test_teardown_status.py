@@ -130,9 +130,11 @@ def test_stop_at_after_the_current_end_is_refused(env):
 
 
 def test_teardown_cancels_then_changes_nothing(env):
+    assert ssh('test -f ~/%s/endpoint && echo there' % WORK).strip() == 'there'
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
-    assert recap(proc) == (1, 0), proc.stdout[-4000:]
+    assert recap(proc) == (2, 0), proc.stdout[-4000:]               # the job cancelled, the endpoint file removed
     assert serve_job() is None
+    assert ssh('test -e ~/%s/endpoint || echo gone' % WORK).strip() == 'gone'   # no client is sent to the old NODE:PORT
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
     assert recap(proc) == (0, 0), proc.stdout[-4000:]
     proc = run_playbook('status.yml', VARS, env['tmp'])

@@ -44,12 +44,12 @@ __metaclass__ = type
 
 import asyncio
 import collections
-import os
 import re
 import ssl
 import time
 
 import glm_hold
+import glm_ports
 from glm_front_http import CHUNK, HEAD_LIMIT, Refused, check_body, check_route, parse_head, response, route_allowed  # noqa: F401  pylint: disable=unused-import
 from glm_front_relay import Exchange
 
@@ -71,33 +71,6 @@ POOL_MOST = 1024
 POOL_IDLE = 4.0
 #: seconds between two log lines of the same kind of trouble (accept errors)
 LOG_EVERY = 10.0
-
-
-def listening_sockets(port, host='127.0.0.1'):
-    """The inodes (``socket:[N]``) of the TCP sockets that listen on HOST:PORT or on every address at PORT, whoever's
-    (/proc/net/tcp lists the node's sockets for every user)."""
-    hexhost = ''.join('%02X' % int(part) for part in reversed(host.split('.')))
-    found = set()
-    with open('/proc/net/tcp', encoding='ascii') as handle:
-        for line in handle.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == '0A' and fields[1] in ('%s:%04X' % (hexhost, port), '00000000:%04X' % port):
-                found.add('socket:[%s]' % fields[9])
-    return found
-
-
-def held_by(pid, sockets):
-    """Whether every one of SOCKETS (and at least one) is among PID's open descriptors."""
-    held = set()
-    try:
-        for fd in os.listdir('/proc/%d/fd' % pid):
-            try:
-                held.add(os.readlink('/proc/%d/fd/%s' % (pid, fd)))
-            except OSError:
-                continue
-    except OSError:
-        return False
-    return bool(sockets) and sockets <= held
 
 
 class Limits:
@@ -361,7 +334,7 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
             return keep
         return keep, exchange.usage.tokens(len(body)), exchange.status
 
-    listening_sockets = staticmethod(listening_sockets)
+    listening_sockets = staticmethod(glm_ports.listening_sockets)
 
     def gateway_ours(self):
         """Whether the gateway's loopback port is listened on by the gateway the launcher forked and nothing else
@@ -370,7 +343,7 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         now = time.monotonic()
         if now - self._ours[0] >= 1.0:
             pid = self.gateway_pid
-            self._ours = (now, pid is not None and held_by(pid, listening_sockets(self.upstream[1])))
+            self._ours = (now, pid is not None and glm_ports.held_by(pid, glm_ports.listening_sockets(self.upstream[1])))
         return self._ours[1] and self.gateway_pid is not None
 
     def pool_take(self):

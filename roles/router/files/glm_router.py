@@ -70,7 +70,6 @@ Standard library only, besides smg (or sglang_router) in the child.
 import argparse
 import atexit
 import ctypes
-import errno
 import http.client as http_client
 import json
 import os
@@ -85,6 +84,8 @@ import sys
 import tempfile
 import time
 import urllib.parse
+
+import glm_ports  # pylint: disable=import-error  # beside this file (the role copies both)
 
 LOG_PREFIX = '[glm.serve] router:'
 #: A replica whose file names a new address (its successor took its place: server_successors_until) keeps its old
@@ -346,26 +347,6 @@ def endpoint_vars(path):
         return {}
 
 
-def bind_error(host, port):
-    """The errno of binding HOST:PORT now (None when it can be bound), as the gateway binds: SO_REUSEADDR, so that a
-    port in TIME_WAIT does not count; EADDRINUSE when something listens there."""
-    probe = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, port))
-        return None
-    except OSError as error:
-        return error.errno
-    finally:
-        probe.close()
-
-
-def port_taken(host, port):
-    """True when HOST:PORT cannot be bound now because something listens there (the router job this one succeeds,
-    on the same node); a port in TIME_WAIT does not count."""
-    return bind_error(host, port) is not None
-
-
 def shift_ports(router_argv, offset, flags=('--port', '--prometheus-port')):
     """ROUTER_ARGV with the values of FLAGS (``--flag N`` or ``--flag=N``) moved by OFFSET."""
     out = list(router_argv)
@@ -553,21 +534,6 @@ def raise_open_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def free_loopback_port():
-    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's choice), for the gateway behind the proxy."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        probe.bind(('127.0.0.1', 0))
-        return probe.getsockname()[1]
-    finally:
-        probe.close()
-
-
-#: how long a launcher waits for the router's ports to be free when it starts (a gateway of this job's launcher that
-#: was killed finishes its requests first: it got SIGTERM when its parent died, die_with_parent)
-PORT_WAIT = 60.0
-
-
 def die_with_parent(parent, prctl):
     """In a child just forked by PARENT's main thread: SIGTERM when that thread ends, however it ends (a SIGKILL, the
     kernel's OOM killer), so no gateway or proxy outlives its launcher holding the router's port (a cluster that
@@ -591,30 +557,12 @@ def c_prctl():
         return None
 
 
-def wait_for_ports(host, ports, timeout=PORT_WAIT, sleep=time.sleep):
-    """Waits until this node can listen on HOST's PORTS (the router's and its metrics'); SystemExit naming the port
-    after TIMEOUT s. A gateway that holds one would answer the deploy's probe in place of this job's (same key) and
-    never get the replicas: the case of a launcher killed with its gateway left running."""
-    deadline, said = time.monotonic() + timeout, False
-    for port in [p for p in ports if p]:
-        # another error than EADDRINUSE: the gateway says what is wrong with the address itself
-        while bind_error(host, port) == errno.EADDRINUSE:
-            if time.monotonic() >= deadline:
-                raise SystemExit('%s port %d of %s is in use after %d s: another process listens on it (a gateway '
-                                 'left by an earlier router job, or another service); free it (ss -ltnp on the node) '
-                                 'or choose another router_port' % (LOG_PREFIX, port, host, timeout))
-            if not said:
-                said = True
-                log('port %d of %s is in use; waiting up to %d s for it (a gateway of a launcher killed before '
-                    'finishing its requests)' % (port, host, timeout))
-            sleep(0.5)
-
-
-def start_router(router_argv, key, replicas_dir, proxied=False):
+def start_router(router_argv, key, replicas_dir, proxied=False, stopping=None):
     """Forks the router (launch_router with KEY as its api_key); (the child's pid, the URL this node reaches it at,
     the certificate it serves HTTPS with or None, that certificate's DER bytes or None, the router's parsed args).
     PROXIED: the gateway listens on a free port of 127.0.0.1 over plain HTTP instead (the proxy takes its --host,
-    --port and certificate), and the certificate returned is the one the proxy is to serve."""
+    --port and certificate; gateway_on_loopback), and the certificate returned is the one the proxy is to serve.
+    STOPPING: the signals that came (forward_signals)."""
     try:  # smg (1.13: router_package's default), else sglang-router (0.3.2, a router_venv made before it)
         from smg.launch_router import launch_router, parse_router_args  # pylint: disable=import-error,import-outside-toplevel
     except ImportError:
@@ -627,15 +575,41 @@ def start_router(router_argv, key, replicas_dir, proxied=False):
     except (ValueError, OSError) as error:
         raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
     public = (args.host, args.port, tls_cert, getattr(args, 'server_key_path', None))
-    wait_for_ports(args.host, [args.port, getattr(args, 'prometheus_port', None)])
+    glm_ports.wait_for_ports(args.host, [args.port, getattr(args, 'prometheus_port', None)], log)
     if proxied:
-        args.host, args.port = '127.0.0.1', free_loopback_port()
-        args.server_cert_path = args.server_key_path = None
-    local = '127.0.0.1' if args.host in ('0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host
-    base = '%s://%s:%d' % ('https' if tls_cert and not proxied else 'http', local, args.port)
-    log('starting SGLang Model Gateway on %s:%d%s, policy %s, replicas from %s' % (
-        args.host, args.port, ' (HTTPS, certificate %s)' % tls_cert if tls_cert and not proxied else '', args.policy, replicas_dir))
-    return fork_gateway(launch_router, args), base, tls_cert, pin, public
+        args.host, args.server_cert_path, args.server_key_path = '127.0.0.1', None, None
+    base = '%s://%s:%d' % ('https' if tls_cert and not proxied else 'http', '127.0.0.1' if args.host in (
+        '0.0.0.0', '::', '127.0.0.1', 'localhost') else args.host, args.port)
+    said = ', policy %s, replicas from %s' % (args.policy, replicas_dir)
+    if not proxied:
+        https = ' (HTTPS, certificate %s)' % tls_cert if tls_cert else ''
+        log('starting SGLang Model Gateway on %s:%d%s%s' % (args.host, args.port, https, said))
+        return fork_gateway(launch_router, args), base, tls_cert, pin, public
+    child = gateway_on_loopback(launch_router, args, stopping or [], said)
+    return child, 'http://127.0.0.1:%d' % args.port, tls_cert, pin, public
+
+
+#: tries of a gateway on a loopback port before the last one, which the job's main loop watches as before
+LOOPBACK_TRIES = 3
+#: seconds a gateway may take to listen before the launcher goes on without knowing (smg: about 1 s here)
+LOOPBACK_WAIT = 30.0
+
+
+def gateway_on_loopback(launch_router, args, stopping, said='', listens=glm_ports.listens):
+    """The gateway forked on a loopback port (args.port, chosen here: glm_ports.loopback_port); the child's pid. A
+    gateway that exits before it listens (another process took its port first) is started again on another port, at
+    most LOOPBACK_TRIES times, unless a signal came (STOPPING); the last try is the main loop's to watch. SAID: the
+    start line's end."""
+    for attempt in range(1, LOOPBACK_TRIES + 1):
+        args.port = glm_ports.loopback_port()
+        log('starting SGLang Model Gateway on 127.0.0.1:%d%s' % (args.port, said))
+        child = fork_gateway(launch_router, args)
+        if attempt == LOOPBACK_TRIES or stopping or listens(child, args.port, LOOPBACK_WAIT) != 'exited' or stopping:
+            return child
+        os.waitpid(child, 0)
+        log('the gateway exited before it listened on 127.0.0.1:%d (another process took that port first?): '
+            'starting it again on another loopback port (%d of %d)' % (args.port, attempt + 1, LOOPBACK_TRIES))
+    return child
 
 
 def fork_gateway(launch_router, args):
@@ -727,17 +701,25 @@ def stop_child(pid, timeout=20.0):
 CHILD_KILLED = 75
 
 
-def router_exited(status, workers_file):
+def router_exited(status, files):
     """The job's exit status once the router exited with wait STATUS (0 when a signal of ours stopped it,
-    CHILD_KILLED for another signal); the workers file removed."""
+    CHILD_KILLED for another signal); FILES (Turn.own_files: the workers file and the endpoint file while this router
+    serves the endpoint) removed, the endpoint file unless the launcher starts again in its job (CHILD_KILLED: it
+    takes its ports from that file). No file names a router that is gone: a client or the relay finds no endpoint
+    rather than a NODE:PORT another user of the node may bind next."""
     code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
     log('the router exited (%s)' % code)
-    if workers_file:
-        try:
-            os.unlink(workers_file)       # no router, no workers: status and the deploy see it at once
-        except OSError:
-            pass
-    return 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else CHILD_KILLED)
+    ended = 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else CHILD_KILLED)
+    workers, endpoint = (tuple(files) + (None, None))[:2] if files else (None, None)
+    for path in [workers] + ([endpoint] if ended != CHILD_KILLED else []):
+        if path:
+            try:
+                os.unlink(path)           # no router, no workers: status and the deploy see it at once
+            except OSError:
+                continue
+            if path == endpoint:
+                log('the endpoint file %s removed: no router serves it now' % path)
+    return ended
 
 
 def sync_round(sync):
@@ -760,7 +742,7 @@ def start_children(opts, router_argv, key, children, stopping):
     Popen or None, the URL the endpoint's readiness is asked at)."""
     proxied, held, door = opts.proxy == 'litellm', bool(opts.hold), opts.proxy == 'glm'
     raise_open_files()
-    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied or held or door)
+    child, base, tls_cert, pin, public = start_router(router_argv, key, opts.replicas_dir, proxied or held or door, stopping)
     children.append(child)
     proxy, front = (None, base)
     if door and not stopping:
@@ -769,7 +751,7 @@ def start_children(opts, router_argv, key, children, stopping):
         return child, base, tls_cert, pin, None, '%s://%s:%d' % ('https' if tls_cert else 'http', local, public[1]), hold
     if proxied and not stopping:
         # behind the hold (scale to zero), the proxy too is on the loopback, plain HTTP: the hold serves the public port
-        proxy, front = start_proxy(opts, key, base, ('127.0.0.1', free_loopback_port(), None, None) if held else public)
+        proxy, front = start_proxy(opts, key, base, ('127.0.0.1', glm_ports.loopback_port(), None, None) if held else public)
         children.append(proxy.pid)
     for signum in stopping[:1]:                 # it came before a child was there to get it
         for pid in children:
@@ -839,7 +821,7 @@ def main(argv=None):
     url = '%s://%s:%d' % ('https' if tls_cert else 'http', host, args_port(router_argv))
     live, said = False, None
     while True:
-        ended = children_ended(child, proxy, stopping, turn.workers_file())
+        ended = children_ended(child, proxy, stopping, turn.own_files)
         if ended is not None:
             return gateway_gone(turn, ended)
         gateway_first(sync, base, proxy, live, turn.hold if door else None)
@@ -877,17 +859,18 @@ def pause(turn, live):
         turn.hold.wait(1.0 if live and turn.hold.held else interval)
 
 
-def children_ended(child, proxy, stopping, workers_file):
-    """The job's exit status once the gateway (CHILD) or the proxy exited (the other one stopped), else None."""
+def children_ended(child, proxy, stopping, own_files):
+    """The job's exit status once the gateway (CHILD) or the proxy exited (the other one stopped), else None.
+    OWN_FILES: a function, the files to remove then (Turn.own_files)."""
     done, status = os.waitpid(child, os.WNOHANG)
     if done:
         if proxy:
             stop_child(proxy.pid)
-        return router_exited(status, workers_file)
+        return router_exited(status, own_files())
     if proxy and proxy.poll() is not None:
         log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
         stop_child(child)
-        router_exited(0, workers_file)
+        router_exited(0 if stopping or not proxy.returncode or proxy.returncode > 0 else signal.SIGKILL, own_files())
         return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else CHILD_KILLED)
     return None
 
@@ -904,7 +887,7 @@ def successor_ports(opts, router_argv, environ=None):
         moved = had.get('GLM_ROUTER_JOB') == environ.get('SLURM_JOB_ID') and \
             urllib.parse.urlsplit(had.get('GLM_BASE_URL', '')).port == port + (opts.port_offset or 0)
     else:
-        moved = bool(opts.port_offset) and port_taken(args_value(router_argv, '--host', '0.0.0.0'), port)
+        moved = bool(opts.port_offset) and glm_ports.port_taken(args_value(router_argv, '--host', '0.0.0.0'), port)
     if not moved:
         return router_argv
     if opts.proxy_metrics_port:
@@ -986,9 +969,10 @@ class Turn(object):
         except ValueError:
             return True
 
-    def workers_file(self):
-        """The workers file when it is this router's to remove as it exits (it serves the endpoint), else None."""
-        return self.opts.workers_file if self.owner and not self.taken_by() else None
+    def own_files(self):
+        """(the workers file, the endpoint file) when they are this router's to remove as it exits (it serves the
+        endpoint, no successor took it), else ()."""
+        return (self.opts.workers_file, self.opts.endpoint_file) if self.owner and not self.taken_by() else ()
 
     def taken_by(self):
         """The router job that took the endpoint from this one (its successor), or None."""
@@ -1025,7 +1009,7 @@ def end_of_service(children, turn):
     """The service has ended (teardown): the children stop as a scancel would, the front one first; the job ends 0."""
     log('the service has ended (teardown, %s): the router stops' % turn.opts.service_end)
     stop_front_first(turn, children)
-    return router_exited(0, turn.workers_file())
+    return router_exited(0, turn.own_files())
 
 
 def stop_front_first(turn, children):

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', '..', 'roles', 'router', 'files'))
+import glm_ports  # noqa: E402  pylint: disable=wrong-import-position
 import glm_router  # noqa: E402  pylint: disable=wrong-import-position
 
 OURS = ['--key-file', '/k', '--replicas-dir', '/r', '--endpoint-file', '/e']
@@ -58,11 +59,11 @@ def test_port_taken_while_something_listens(tmp_path):
     sock.bind(('127.0.0.1', 0))
     port = sock.getsockname()[1]
     sock.close()
-    assert not glm_router.port_taken('127.0.0.1', port)        # nothing there: a successor takes router_port
+    assert not glm_ports.port_taken('127.0.0.1', port)        # nothing there: a successor takes router_port
     sock = socket.socket()
     sock.bind(('127.0.0.1', port))
     sock.listen(1)
-    assert glm_router.port_taken('127.0.0.1', port)            # its predecessor listens there: it moves its ports
+    assert glm_ports.port_taken('127.0.0.1', port)            # its predecessor listens there: it moves its ports
     sock.close()
 
 
@@ -89,9 +90,9 @@ def test_the_endpoint_file_names_the_router_job_that_serves_it(tmp_path):
                                             '--workers-file', str(tmp_path / 'w.json')])
     turn = glm_router.Turn(opts, '41', 1, '')
     turn.owner = True
-    assert turn.taken_by() is None and turn.workers_file() == str(tmp_path / 'w.json')
+    assert turn.taken_by() is None and turn.own_files() == (str(tmp_path / 'w.json'), str(path))
     glm_router.write_endpoint(str(path), 'http://node3:30010', 'm', job_id='42', started=1700000100)
-    assert turn.taken_by() == '42' and turn.workers_file() is None    # the successor's file now: not removed
+    assert turn.taken_by() == '42' and turn.own_files() == ()    # the successor's files now: not removed
     assert glm_router.endpoint_vars(str(tmp_path / 'none')) == {}
     glm_router.write_endpoint(str(path), 'http://node3:30000', 'm')     # no job (outside Slurm): no line
     assert 'GLM_ROUTER_JOB' not in path.read_text()
@@ -100,13 +101,32 @@ def test_the_endpoint_file_names_the_router_job_that_serves_it(tmp_path):
 def test_router_exited_gives_the_jobs_status_and_removes_the_workers_file(tmp_path, capsys):
     workers = tmp_path / 'router-workers.json'
     workers.write_text(u'{}')
-    assert glm_router.router_exited(0, str(workers)) == 0
+    assert glm_router.router_exited(0, (str(workers),)) == 0
     assert not workers.exists()
-    assert glm_router.router_exited(3 << 8, None) == 3                     # exit(3)
-    assert glm_router.router_exited(signal.SIGTERM, None) == 0             # our scancel, passed on
+    assert glm_router.router_exited(3 << 8, ()) == 3                     # exit(3)
+    assert glm_router.router_exited(signal.SIGTERM, ()) == 0             # our scancel, passed on
     # killed by another signal (the OOM killer): the status router.sbatch's loop starts the launcher again for
-    assert glm_router.router_exited(signal.SIGKILL, None) == glm_router.CHILD_KILLED == 75
+    assert glm_router.router_exited(signal.SIGKILL, ()) == glm_router.CHILD_KILLED == 75
     assert 'the router exited (0)' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('status,kept', [(0, False), (signal.SIGTERM, False), (3 << 8, False), (signal.SIGKILL, True)])
+def test_a_router_that_ends_removes_the_endpoint_file_it_serves(tmp_path, capsys, status, kept):
+    """The endpoint file goes with the router that serves it (a teardown's scancel, its time limit without a
+    successor, a gateway that failed): clients and the relay find no endpoint instead of a NODE:PORT another user may
+    bind next. Not when the launcher starts again in its job (a signal not of the job's end): it reads its ports from
+    the file."""
+    workers, endpoint = tmp_path / 'w.json', tmp_path / 'endpoint'
+    workers.write_text(u'{}')
+    glm_router.write_endpoint(str(endpoint), 'http://node3:30000', 'm', job_id='41', started=1)
+    opts, _argv = glm_router.parse_options(['--key-file', '/k', '--replicas-dir', str(tmp_path), '--endpoint-file',
+                                            str(endpoint), '--workers-file', str(workers)])
+    turn = glm_router.Turn(opts, '41', 1, '')
+    assert turn.own_files() == ()                                       # not serving it yet: nothing of its own
+    turn.owner = True
+    glm_router.router_exited(status, turn.own_files())
+    assert not workers.exists() and endpoint.exists() == kept
+    assert ('the endpoint file %s removed' % endpoint in capsys.readouterr().out) != kept
 
 
 def test_a_failed_sync_round_is_logged_and_the_job_goes_on(capsys):
@@ -160,7 +180,7 @@ def test_wait_for_ports_returns_at_once_when_they_are_free():
     sock, port = listening()
     sock.close()
     slept = []
-    glm_router.wait_for_ports('127.0.0.1', [port, None], timeout=5, sleep=slept.append)
+    glm_ports.wait_for_ports('127.0.0.1', [port, None], glm_router.log, timeout=5, sleep=slept.append)
     assert slept == []
 
 
@@ -172,16 +192,72 @@ def test_wait_for_ports_waits_for_a_gateway_that_still_holds_the_port(capsys):
         slept.append(seconds)
         if len(slept) == 3:
             sock.close()
-    glm_router.wait_for_ports('127.0.0.1', [port], timeout=30, sleep=sleep)
+    glm_ports.wait_for_ports('127.0.0.1', [port], glm_router.log, timeout=30, sleep=sleep)
     assert slept == [0.5, 0.5, 0.5]
     assert capsys.readouterr().out.count('port %d of 127.0.0.1 is in use; waiting up to 30 s' % port) == 1
+
+
+def test_a_loopback_port_is_below_the_ephemeral_range_and_free(monkeypatch):
+    """The gateway's loopback port is one the node's outgoing connections never take (the kernel hands those out
+    from ip_local_port_range): a handover on the test bed failed on a port picked by bind(0) and taken by a connect()
+    before the gateway bound it."""
+    low, _high = glm_ports.ephemeral_range()
+    ports = {glm_ports.loopback_port() for _n in range(20)}
+    assert all(max(glm_ports.LOWEST, low - glm_ports.BELOW_EPHEMERAL) <= p < low for p in ports) and len(ports) > 1
+    sock, port = listening()                            # taken: never chosen
+    picks = iter([port, port, port + 1 if port + 1 < 65536 else port - 1])
+    monkeypatch.setattr(glm_ports, 'bind_error', lambda host, p: 98 if p == port else None)
+    assert glm_ports.loopback_port(rand=type('R', (), {'randrange': staticmethod(lambda a, b: next(picks))}),
+                                   ranges=(40000, 60999)) != port
+    sock.close()
+    assert 1024 <= glm_ports.loopback_port(ranges=(10050, 60999)) < 65536    # no room below: the kernel's choice
+
+
+def serve_on(args):
+    """A gateway stand-in for fork_gateway: listens on args.port (127.0.0.1) until killed; exits 1 when it cannot."""
+    import socket
+    import time
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', args.port))
+    sock.listen(8)
+    time.sleep(60)
+
+
+def test_a_gateway_whose_loopback_port_was_taken_first_starts_again_on_another(monkeypatch, capsys):
+    """Another process binds the chosen port before the gateway does: that gateway exits, and the launcher starts
+    another on another port (the handover on the test bed ended its job instead)."""
+    squat, taken = listening()
+    ports = iter([taken, taken + 7 if taken + 7 < 65536 else taken - 7])
+    monkeypatch.setattr(glm_ports, 'loopback_port', lambda: next(ports))
+    args = type('Args', (), {'port': None})()
+    child = glm_router.gateway_on_loopback(serve_on, args, [])
+    try:
+        assert args.port != taken and glm_ports.listens(child, args.port, 20) == 'listening'
+        assert 'exited before it listened on 127.0.0.1:%d' % taken in capsys.readouterr().out
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        squat.close()
+
+
+def test_a_gateway_that_cannot_start_is_left_to_the_main_loop_after_its_last_try(monkeypatch):
+    """Every try exits (every port chosen is taken): the last child is returned unreaped, for the main loop's
+    status, after LOOPBACK_TRIES forks."""
+    squat, taken = listening()
+    chosen = []
+    monkeypatch.setattr(glm_ports, 'loopback_port', lambda: chosen.append(taken) or taken)
+    args = type('Args', (), {'port': None})()
+    child = glm_router.gateway_on_loopback(serve_on, args, [])
+    _pid, status = os.waitpid(child, 0)
+    squat.close()
+    assert os.waitstatus_to_exitcode(status) == 1 and len(chosen) == glm_router.LOOPBACK_TRIES
 
 
 def test_wait_for_ports_names_the_port_held_past_the_bound():
     sock, port = listening()
     try:
         with pytest.raises(SystemExit) as exit_:
-            glm_router.wait_for_ports('127.0.0.1', [port], timeout=0, sleep=lambda s: None)
+            glm_ports.wait_for_ports('127.0.0.1', [port], glm_router.log, timeout=0, sleep=lambda s: None)
     finally:
         sock.close()
     assert 'port %d of 127.0.0.1 is in use after 0 s' % port in str(exit_.value)
@@ -290,8 +366,8 @@ def test_nothing_listening_on_the_gateways_port_opens_nothing():
     import glm_front  # pylint: disable=import-error,import-outside-toplevel
     sock, port = listening()
     sock.close()
-    assert glm_front.listening_sockets(port) == set()
-    assert glm_front.held_by(os.getpid(), set()) is False
+    assert glm_ports.listening_sockets(port) == set()
+    assert glm_ports.held_by(os.getpid(), set()) is False
 
 
 def test_the_front_door_options_take_their_bounds():
