@@ -83,6 +83,7 @@ class Limits:
     def __init__(self, concurrency, clock=time.monotonic):
         self.concurrency, self.clock = int(concurrency), clock
         self.running = collections.Counter()
+        self.in_flight = 0      # the teams' requests let in and not ended: an int, read from the launcher's thread
         self.requests = collections.defaultdict(collections.deque)     # team -> times
         self.tokens = collections.defaultdict(collections.deque)       # team -> (time, tokens)
 
@@ -119,9 +120,11 @@ class Limits:
                           kind='rate_limit_error', code='tpm', retry_after=tokens[0][0] + self.WINDOW - now)
         requests.append(now)
         self.running[team] += 1
+        self.in_flight += 1
 
     def done(self, team, tokens):
         self.running[team] -= 1
+        self.in_flight -= 1
         if tokens:
             self.tokens[team].append((self.clock(), tokens))
 
@@ -154,6 +157,13 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         self._ours = (-1.0, False)      # (when, whether the gateway's port was its own then)
         self.counts.update({'refused_connections': 0, 'accept_errors': 0, 'loop_errors': 0})
         self._said = {}
+
+    def load(self):
+        """The service's load for the autoscaler (glm_scale.Scaler.round): the teams' requests the door let in and
+        that have not ended (running or queued in the gateway). Only a request with a team's key counts: another
+        user's keyless requests at the door, or /health_generate calls on a replica (which SGLang's own gauges may
+        count), move nothing."""
+        return self.limits.in_flight
 
     async def _bind(self):
         # connections being opened to the gateway at once, at most: smg listens with a backlog of 128, and a burst

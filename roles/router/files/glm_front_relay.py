@@ -92,10 +92,9 @@ class Exchange:
         return b'\r\n'.join(lines) + b'\r\n\r\n' + self.body
 
     async def run(self):
-        upstream = await self._send()
+        upstream = await self._send()      # (the connection is self.up from when it is known: _Upstream.start)
         if upstream is None:
             return
-        self.up = upstream.transport
         self.watch = asyncio.ensure_future(self._watch_client())
         ended = await upstream.done
         if ended is not True and not self.sent_head and upstream.closed_at_once() and not self.conn.gone:
@@ -104,7 +103,6 @@ class Exchange:
             upstream = await self._send(fresh=True)
             if upstream is None:
                 return
-            self.up = upstream.transport
             ended = await upstream.done
         if not self.sent_head:
             if not self.conn.gone:
@@ -231,6 +229,10 @@ class _Upstream(asyncio.Protocol):
         self.trailers = self.clean = False
         self.sent_at = time.monotonic()
         if self.transport is not None:
+            # the exchange's connection from now, before any byte of the answer: an answer that ends before the
+            # exchange's task runs again puts it back in the pool and clears this (data_received), and the client's
+            # end must then not close it under the next exchange that took it
+            exchange.up = self.transport
             self.transport.write(exchange.request())
 
     def reusable(self):
@@ -242,6 +244,7 @@ class _Upstream(asyncio.Protocol):
 
     def connection_made(self, transport):
         self.transport = transport
+        self.exchange.up = transport
         transport.write(self.exchange.request())
 
     def data_received(self, data):

@@ -450,13 +450,14 @@ def make_scaler(opts):
 
 def scale_round(scaler, sync, hold=None):
     """One round of the autoscaler, after the replicas were kept in step; a bad round must not end the job. HOLD
-    (scale to zero): the requests it keeps while no replica serves count as the load that wakes the service."""
+    (scale to zero): the requests it keeps while no replica serves count as the load that wakes the service. With
+    the front door (HOLD has ``load``), the load is the teams' requests it let in, not the replicas' gauges."""
     try:
         scaler.refresh()
         if hold is not None:
             hold.bound = scaler.cfg.hold or hold.bound
         scaler.round(time.monotonic(), sync, busy_requests, hold.take_demand() if hold else 0,
-                     hold.take_traffic() if hold else False)
+                     hold.take_traffic() if hold else False, load=hold.load() if hasattr(hold, 'load') else None)
     except Exception as error:  # pylint: disable=broad-except
         log('autoscaling failed this round (%s: %s); trying again' % (type(error).__name__, error))
 

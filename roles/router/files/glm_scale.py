@@ -7,7 +7,9 @@ Standard library only.
 
 - **Its settings** (Config): a JSON file the router role writes (``glm_layout.files.scale_config``), read again when
   it changes, so that a deploy that changes them restarts no job.
-- **The signal**: the requests running and queued in the serving replicas, each replica's own
+- **The signal**: with the front door (router_proxy=glm), the teams' requests it let in and that have not ended
+  (glm_front.FrontDoor.load: nothing without a team's key counts, not another user's ``/health_generate`` on a
+  replica); else the requests running and queued in the serving replicas, each replica's own
   ``sglang:num_running_reqs + sglang:num_queue_reqs`` (its ``/metrics``, no key; glm_router.py's busy_requests, which
   the drain reads too). One HTTP call per serving replica a round; no Slurm call. (The gateway's ``GET /loads``
   aggregate says the same in one call, but only from workers that serve ``/v1/loads``, which it polls every
@@ -346,11 +348,12 @@ class Scaler(object):
         self.slurm.work_dir, self.slurm.umask = os.path.dirname(cfg.script), int(cfg.umask, 8)
         self.say('scale settings read again: %d to %d replicas, %g requests per replica' % (cfg.least, cfg.most, cfg.target))
 
-    def round(self, now, sync, busy, waiting=0, active=False):
+    def round(self, now, sync, busy, waiting=0, active=False, load=None):
         """One round: SYNC (the Sync of glm_router.py, its ``current`` workers of this round), BUSY (a replica URL ->
         its running + queued requests, or None when it does not say), WAITING (the requests the hold keeps while no
         replica serves: glm_hold.Hold.take_demand), ACTIVE (the hold saw work since the last round:
-        Hold.take_traffic). The decision made, or None."""
+        Hold.take_traffic), LOAD (the service's running + queued requests as the front door counts them, in place of
+        BUSY's sum; glm_front.FrontDoor.load). The decision made, or None."""
         current = sync.current
         if current is None:
             return None
@@ -361,7 +364,8 @@ class Scaler(object):
         serving = sorted(n for n, (url, _job, _start) in files.items() if (current.get(url) or {}).get('is_healthy'))
         self.settle_coming(now, files)
         self.settle_leaving(now, sync, current)
-        load = service_load([files[n][0] for n in serving], busy)
+        if load is None or not serving:
+            load = service_load([files[n][0] for n in serving], busy)
         self.retire_stale(now, files, serving, load)
         # a replica whose file appeared but which the router does not list as healthy yet is still coming (for
         # JOIN_GRACE s from when its file was first seen, ours or not: after a router restart too; one whose node died

@@ -161,10 +161,40 @@ def test_a_failed_scale_round_is_logged_and_the_job_goes_on(capsys):
         def refresh(self):
             pass
 
-        def round(self, now, sync, busy, waiting=0, active=False):
+        def round(self, now, sync, busy, waiting=0, active=False, load=None):
             raise OSError('sbatch hung')
     glm_router.scale_round(Broken(), None)
     assert 'autoscaling failed this round (OSError: sbatch hung); trying again' in capsys.readouterr().out
+
+
+def test_with_the_front_door_a_scale_round_takes_its_load():
+    """The door (a hold with ``load``) gives the round its load; the hold of LiteLLM's proxy (no ``load``) none."""
+    rounds = []
+
+    class Scaler:
+        cfg = type('Cfg', (), {'hold': 0})()
+
+        def refresh(self):
+            pass
+
+        def round(self, now, sync, busy, waiting=0, active=False, load=None):
+            rounds.append(load)
+
+    class Hold:
+        bound = 30
+
+        def take_demand(self):
+            return 0
+
+        def take_traffic(self):
+            return False
+
+    class Door(Hold):
+        def load(self):
+            return 7
+    glm_router.scale_round(Scaler(), None, Door())
+    glm_router.scale_round(Scaler(), None, Hold())
+    assert rounds == [7, None]
 
 
 def listening():

@@ -193,6 +193,24 @@ def test_scaler_up_after_the_window_once_then_the_new_replica_joins(tmp_path):
     assert len(lines) == 2 and lines[0].split(' ', 2)[2].startswith('up: s-2 submitted as job 101')
 
 
+def test_with_the_door_the_load_is_the_doors_not_the_replicas_gauges(tmp_path):
+    """The front door's count of the teams' requests (round's LOAD) is the signal: replicas' gauges that another
+    user's /health_generate flood moves (20 here) neither scale up nor keep the last replica from going to zero;
+    the door's 20 scales up where the gauges say 0."""
+    scaler, work, said = make(tmp_path, least=0, up_after=10, down_after=30)
+    sync = Sync()
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    flooded = {'http://node1:30000': 20}.get
+    assert [scaler.round(t, sync, flooded, load=0) for t in (0.0, 10.0, 20.0)] == [None, None, None]
+    assert scaler.round(31.0, sync, flooded, load=0) == glm_scale.DOWN
+    assert 'no request for 31 s: the service goes to zero' in said[-1]
+    scaler, work, said = make(tmp_path / 'again', up_after=10)
+    serve(work, sync, 's', 'http://node1:30000', '11')
+    quiet = {'http://node1:30000': 0}.get
+    assert [scaler.round(t, sync, quiet, load=20) for t in (0.0, 5.0)] == [None, None]
+    assert scaler.round(10.0, sync, quiet, load=20) == glm_scale.UP
+
+
 def test_scaler_adopts_a_queued_job_of_the_name_instead_of_a_second(tmp_path):
     scaler, work, said = make(tmp_path, up_after=0)
     sync = Sync()
