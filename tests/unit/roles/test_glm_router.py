@@ -243,6 +243,16 @@ def test_a_loopback_port_is_below_the_ephemeral_range_and_free(monkeypatch):
     assert 1024 <= glm_ports.loopback_port(ranges=(10050, 60999)) < 65536    # no room below: the kernel's choice
 
 
+def squatter():
+    """Another process (another user's, on the node) listening on a port of 127.0.0.1: (its Popen, the port). Not a
+    socket of this process, which a forked gateway would inherit and so seem to hold."""
+    import subprocess
+    proc = subprocess.Popen([sys.executable, '-c', 'import socket, sys, time\ns = socket.socket()\n'
+                             's.bind(("127.0.0.1", 0))\ns.listen(1)\nprint(s.getsockname()[1], flush=True)\ntime.sleep(60)'],
+                            stdout=subprocess.PIPE, text=True)
+    return proc, int(proc.stdout.readline())
+
+
 def serve_on(args):
     """A gateway stand-in for fork_gateway: listens on args.port (127.0.0.1) until killed; exits 1 when it cannot."""
     import socket
@@ -256,7 +266,7 @@ def serve_on(args):
 def test_a_gateway_whose_loopback_port_was_taken_first_starts_again_on_another(monkeypatch, capsys):
     """Another process binds the chosen port before the gateway does: that gateway exits, and the launcher starts
     another on another port (the handover on the test bed ended its job instead)."""
-    squat, taken = listening()
+    squat, taken = squatter()
     ports = iter([taken, taken + 7 if taken + 7 < 65536 else taken - 7])
     monkeypatch.setattr(glm_ports, 'loopback_port', lambda: next(ports))
     args = type('Args', (), {'port': None})()
@@ -267,19 +277,21 @@ def test_a_gateway_whose_loopback_port_was_taken_first_starts_again_on_another(m
     finally:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
-        squat.close()
+        squat.kill()
+        squat.wait()
 
 
 def test_a_gateway_that_cannot_start_is_left_to_the_main_loop_after_its_last_try(monkeypatch):
     """Every try exits (every port chosen is taken): the last child is returned unreaped, for the main loop's
     status, after LOOPBACK_TRIES forks."""
-    squat, taken = listening()
+    squat, taken = squatter()
     chosen = []
     monkeypatch.setattr(glm_ports, 'loopback_port', lambda: chosen.append(taken) or taken)
     args = type('Args', (), {'port': None})()
     child = glm_router.gateway_on_loopback(serve_on, args, [])
     _pid, status = os.waitpid(child, 0)
-    squat.close()
+    squat.kill()
+    squat.wait()
     assert os.waitstatus_to_exitcode(status) == 1 and len(chosen) == glm_router.LOOPBACK_TRIES
 
 
