@@ -113,6 +113,6 @@ def test_teardown_check_cancels_nothing(env):
     assert new_jobs(env) == before and os.path.exists(endpoint) == there
 
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
-    assert recap(proc) == (1 + there, 0), proc.stdout[-4000:]
+    assert recap(proc) in ((1, 0), (1 + there, 0)), proc.stdout[-4000:]      # (the job's own end may remove it first)
     assert not os.path.exists(endpoint)
     assert (SERVE, 'RUNNING') not in [row[1:] for row in new_jobs(env)]

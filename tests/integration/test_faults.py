@@ -310,6 +310,8 @@ def test_05a_server_cancelled_by_someone_else_fails_at_once(case, warm_dir):
     c = case('cancel')
     c.warm(warm_dir)
     out, row = _run_until_server_runs(c)
+    endpoint = os.path.join(c.dir, 'endpoint')
+    assert 'GLM_BASE_URL=http://' in read(endpoint)                      # the job wrote it as it started
     root_slurm(['scancel', row[0]], check=True)
     event = time.monotonic()
     text = out.finish(timeout=60)
@@ -319,6 +321,11 @@ def test_05a_server_cancelled_by_someone_else_fails_at_once(case, warm_dir):
     after = out.failed_at(SERVE_TASK) - event
     assert after < 10, after
     assert c.live() == []
+    # the job's SIGTERM took its endpoint file (no client is sent to that node's port, which another user may bind
+    # next) and its key's config files with it
+    left = c.wait_for(lambda: not os.path.exists(endpoint) and not glob.glob(os.path.join(
+        c.dir, '.%s-%s.*' % (c.serve, row[0]))) or None, 30, 'the endpoint file and the job files removed')
+    assert left
 
 
 def test_05b_node_failure_fails_at_once(case, warm_dir):

@@ -132,7 +132,8 @@ def test_stop_at_after_the_current_end_is_refused(env):
 def test_teardown_cancels_then_changes_nothing(env):
     assert ssh('test -f ~/%s/endpoint && echo there' % WORK).strip() == 'there'
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
-    assert recap(proc) == (2, 0), proc.stdout[-4000:]               # the job cancelled, the endpoint file removed
+    # the job cancelled; its endpoint file removed by the job's own end (its SIGTERM) or, if that has not run yet, here
+    assert recap(proc) in ((1, 0), (2, 0)), proc.stdout[-4000:]
     assert serve_job() is None
     assert ssh('test -e ~/%s/endpoint || echo gone' % WORK).strip() == 'gone'   # no client is sent to the old NODE:PORT
     proc = run_playbook('teardown.yml', VARS, env['tmp'])
