@@ -16,8 +16,11 @@ import threading
 import time
 
 
-def exchange(port, data):
+def exchange(port, data, context=None):
+    """DATA sent to 127.0.0.1:PORT (over TLS with CONTEXT), and every byte back until the door closes."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    if context is not None:
+        sock = context.wrap_socket(sock, server_hostname="localhost")
     try:
         sock.sendall(data)
         out = b""

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from door_attack import exchange as raw
 from router_helpers import ROUTER_PYTHON, chat, make_certificate, team, write_registry
 from standin_helpers import KEY, free_port, http, seed_args, wait_for
 
@@ -40,22 +41,6 @@ def fronted(router, tmp_path, teams=None, **kw):
     assert r.proc.poll() is None, r.log
     print("\nDOOR: the endpoint written %.1f s after the launcher's start" % (time.monotonic() - started))
     return r
-
-
-def raw(port, data, context=None):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    if context is not None:
-        sock = context.wrap_socket(sock, server_hostname="localhost")
-    try:
-        sock.sendall(data)
-        out = b""
-        while True:
-            more = sock.recv(65536)
-            if not more:
-                return out
-            out += more
-    finally:
-        sock.close()
 
 
 def test_the_door_takes_the_port_and_checks_every_request_before_the_gateway(servers, model_dir, router, tmp_path):

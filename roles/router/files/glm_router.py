@@ -605,6 +605,7 @@ def gateway_on_loopback(launch_router, args, stopping, said='', listens=glm_port
         args.port = glm_ports.loopback_port()
         log('starting SGLang Model Gateway on 127.0.0.1:%d%s' % (args.port, said))
         child = fork_gateway(launch_router, args)
+        # STOPPING asked again after the wait: a signal that came meanwhile is the main loop's to pass on
         if attempt == LOOPBACK_TRIES or stopping or listens(child, args.port, LOOPBACK_WAIT) != 'exited' or stopping:
             return child
         os.waitpid(child, 0)
@@ -704,22 +705,26 @@ CHILD_KILLED = 75
 
 def router_exited(status, files):
     """The job's exit status once the router exited with wait STATUS (0 when a signal of ours stopped it,
-    CHILD_KILLED for another signal); FILES (Turn.own_files: the workers file and the endpoint file while this router
+    CHILD_KILLED for another signal); FILES left (leave)."""
+    code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
+    log('the router exited (%s)' % code)
+    return leave(0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else CHILD_KILLED), files)
+
+
+def leave(ended, files):
+    """ENDED (the job's exit status), FILES (Turn.own_files: the workers file and the endpoint file while this router
     serves the endpoint) removed, the endpoint file unless the launcher starts again in its job (CHILD_KILLED: it
     takes its ports from that file). No file names a router that is gone: a client or the relay finds no endpoint
     rather than a NODE:PORT another user of the node may bind next."""
-    code = os.waitstatus_to_exitcode(status) if hasattr(os, 'waitstatus_to_exitcode') else status >> 8
-    log('the router exited (%s)' % code)
-    ended = 0 if code in (0, -signal.SIGTERM, -signal.SIGINT) else (code if code > 0 else CHILD_KILLED)
-    workers, endpoint = (tuple(files) + (None, None))[:2] if files else (None, None)
-    for path in [workers] + ([endpoint] if ended != CHILD_KILLED else []):
-        if path:
-            try:
-                os.unlink(path)           # no router, no workers: status and the deploy see it at once
-            except OSError:
-                continue
-            if path == endpoint:
-                log('the endpoint file %s removed: no router serves it now' % path)
+    for index, path in enumerate(tuple(files)[:1 if ended == CHILD_KILLED else 2]):
+        if not path:                      # no --workers-file
+            continue
+        try:
+            os.unlink(path)               # no router, no workers: status and the deploy see it at once
+        except OSError:
+            continue
+        if index == 1:
+            log('the endpoint file %s removed: no router serves it now' % path)
     return ended
 
 
@@ -871,8 +876,8 @@ def children_ended(child, proxy, stopping, own_files):
     if proxy and proxy.poll() is not None:
         log("LiteLLM's proxy exited (%s); stopping the gateway" % proxy.returncode)
         stop_child(child)
-        router_exited(0 if stopping or not proxy.returncode or proxy.returncode > 0 else signal.SIGKILL, own_files())
-        return 0 if stopping else (proxy.returncode if proxy.returncode > 0 else CHILD_KILLED)
+        log('the router exited (0)')
+        return leave(0 if stopping else (proxy.returncode if proxy.returncode > 0 else CHILD_KILLED), own_files())
     return None
 
 
