@@ -13,7 +13,6 @@ import os
 import re
 import pathlib
 import signal
-import socket
 import ssl
 import subprocess
 import sys
