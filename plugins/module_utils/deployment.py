@@ -208,6 +208,17 @@ class View(object):
         except ActionError as exc:
             return None, exc.msg
 
+    def replica_probe(self, probe, routed):
+        """The probe for the replicas: behind a router (ROUTED) with a front door they serve their own key
+        (replica_key_file, which no client holds; read only here, never returned), a single server the probe's."""
+        path = self.params.get('replica_key_file')
+        if probe is None or not routed or not path:
+            return probe
+        try:
+            return make_probe(dict(self.params['probe'], key_file=path))[0]
+        except ActionError:
+            return probe
+
     def router_probe(self, probe, tls_cert):
         """The probe for the router: with TLS_CERT (its endpoint file's GLM_TLS_CERT, else router_tls_cert), over HTTPS
         pinned to it; never plain HTTP to a router that serves HTTPS (None: not asked, when the file holds no
@@ -274,14 +285,15 @@ class View(object):
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
         probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
         router_probed = params['router_port'] == (params.get('probe') or {}).get('port')
+        replicas_probe = self.replica_probe(probe, bool(router or others or os.path.exists(layout.router_workers_file)))
         for job in servers + others:
-            job['probe'] = self.asked(probe, job)
+            job['probe'] = self.asked(replicas_probe, job)
         if router:
             tls_cert = (endpoint_vars or {}).get('GLM_TLS_CERT') or params.get('router_tls_cert')
             router['probe'] = self.asked(self.router_probe(probe, tls_cert), router) if router_probed else None
         server = live_last(servers)
         download = roles['download']
-        http = self.server_http(server, probe) if server else self.server_http({}, None)
+        http = self.server_http(server, replicas_probe) if server else self.server_http({}, None)
         answer = server.get('probe') or {}
         running = dict((j['role'], j) for j in (server, router) if j and j['state'] == 'RUNNING' and j.get('nodes'))
         tunnel_to = ('%s:%s' % (running['router']['nodes'], params['router_port'] + moved)

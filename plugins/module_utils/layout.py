@@ -38,6 +38,9 @@ RELAY = 'glm_relay.py'
 #: The front door (router_proxy=glm or litellm): the teams' key files (KEYS_DIR/TEAM), the registry the proxy checks keys against
 #: (hashes and limits, no key), the usage per team and day it keeps, the proxy's config (no secret: it names variables).
 KEYS_DIR = 'keys'
+#: The key between the front door and the replicas, through the gateway (0600, made by the router's install,
+#: glm.serve.team_keys, with router_proxy glm or litellm): no client holds it.
+REPLICA_KEY = 'replica-key'
 GATEWAY_KEYS = 'gateway-keys.json'
 USAGE = 'usage.json'
 GATEWAY_CONFIG = 'gateway-config.json'
@@ -147,6 +150,10 @@ class Layout(object):
         return self.path(KEYS_DIR)
 
     @property
+    def replica_key_file(self):
+        return self.path(REPLICA_KEY)
+
+    @property
     def gateway_keys_file(self):
         return self.path(GATEWAY_KEYS)
 
@@ -195,7 +202,7 @@ class Layout(object):
                          'replicas': dict((n, self.comment('replica', k)) for k, n in enumerate(names, 1))},
             'files': {'bad_nodes': self.bad_nodes_file, 'router_workers': self.router_workers_file,
                       'replicas_dir': self.replicas_dir, 'relay': self.relay_file, 'keys_dir': self.keys_dir,
-                      'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
+                      'replica_key': self.replica_key_file, 'gateway_keys': self.gateway_keys_file, 'usage': self.usage_file,
                       'gateway_config': self.gateway_config_file, 'handovers': self.handovers_file,
                       'service_end': self.service_end_file, 'scale_log': self.scale_log_file,
                       'scale_config': self.scale_config_file,

@@ -26,7 +26,8 @@ description:
     endpoint file, the relay; where the deploy stands (RV(phase), RV(progress), from the jobs' logs and O(model_dir),
     as the deploy's wait says it; this absorbs M(glm.serve.deploy_progress)) and the server's activity file.
   - With O(probe) - each running replica (and the router when it listens on the probe's port) asked C(/v1/models) with
-    the key, read from O(probe.key_file) only when a job runs (never returned); the server's C(/metrics) text and the
+    the key, read from O(probe.key_file) only when a job runs (never returned) - replicas behind a router with
+    O(replica_key_file) when given; the server's C(/metrics) text and the
     status of C(/v1/models) without the key; the router's C(/metrics) for the requests each replica served.
 author:
   - glm.serve maintainers (@glm-serve)
@@ -74,6 +75,12 @@ options:
         asked over HTTPS, pinned to that certificate (O(probe.tls_cert)); the certificate its endpoint file names
         (C(GLM_TLS_CERT), what the running router serves) comes first. A router serving HTTPS is never asked over plain
         HTTP; when the certificate cannot be read, it is not asked (C(router.job.probe) null).
+    type: path
+  replica_key_file:
+    description:
+      - The key the replicas behind the router's front door serve (C(glm_layout.files.replica_key), which no client
+        holds); with O(probe), they are asked with it instead of O(probe.key_file) (a single server still is). Read only
+        when a job runs, never returned.
     type: path
   bad_node_ttl:
     description: Seconds a node stays on the bad-node list after its GPU check failed (C(server_bad_node_ttl)).
@@ -259,6 +266,7 @@ def argument_spec():
         router_port=dict(type='int', default=30000),
         router_metrics_port=dict(type='int', default=29000),
         router_tls_cert=dict(type='path'),
+        replica_key_file=dict(type='path', no_log=False),
         bad_node_ttl=dict(type='int', default=86400),
         probe=dict(type='dict', options=job_actions.probe_options()),
         user=dict(type='str'),

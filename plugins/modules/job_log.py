@@ -18,8 +18,9 @@ description:
   - The file is the job's C(NAME-JOBID.out) in O(chdir) (C(#SBATCH --output=%x-%j.out), as the glm.serve roles write
     them); without O(job_id), the one with the highest job id. It asks Slurm nothing, so it works for a job that
     has ended, even one Slurm has forgotten, as long as its file is there.
-  - Secrets are masked as everywhere in glm.serve (C(--api-key ...), C(api_key=...), C(Bearer ...) and the key in
-    O(key_file), read on the host). The key is never returned.
+  - Secrets are masked as everywhere in glm.serve (C(--api-key ...), C(api_key=...), C(Bearer ...), the key in
+    O(key_file) and the replicas' key of O(chdir) (C(replica-key), which SGLang prints in its start-up line), read on
+    the host). No key is ever returned.
 author:
   - glm.serve maintainers (@glm-serve)
 extends_documentation_fragment:
@@ -148,14 +149,18 @@ def read_from(path, offset):
     return text.splitlines(), offset + end + 1, size
 
 
-def secrets_of(key_file):
-    """The strings to mask in the lines besides the patterns: the API key of KEY_FILE, when it reads."""
-    if not key_file:
-        return ()
-    try:
-        return (mp.read_key(key_file),)
-    except mp.KeyFileError:
-        return ()                      # no key to mask beyond the patterns: nothing to leak either
+def secrets_of(key_file, chdir=None):
+    """The strings to mask in the lines besides the patterns: the API key of KEY_FILE and the replicas' key of the
+    work dir CHDIR, those that read."""
+    found = []
+    for path in (key_file, layout.Layout(chdir).replica_key_file if chdir else None):
+        if not path:
+            continue
+        try:
+            found.append(mp.read_key(path))
+        except mp.KeyFileError:
+            pass                       # no key to mask beyond the patterns: nothing to leak either
+    return tuple(found)
 
 
 def output_file(module, params):
@@ -193,7 +198,7 @@ def main():
         key_file=dict(type='path', no_log=False),
     ), supports_check_mode=True)
     params = module.params
-    secrets = secrets_of(params['key_file'])
+    secrets = secrets_of(params['key_file'], params['chdir'])
     job_id, path = output_file(module, params)
     result = dict(changed=False, path=path, job_id=job_id, lines=[], offset=params['offset'] or 0, size=0)
     if path is None:

@@ -27,13 +27,16 @@ description:
   - "The registry: C({\"version\": 1, \"teams\": {TEAM: {\"sha256\": HEX, \"rpm\": N, \"tpm\": N, \"max_parallel\": N}}})
     (keys sorted, C(null) for no limit), written (temporary file, then renamed into place) only when its content
     changes. Keys are read as the first line of their file, stripped. No key and no hash is ever returned."
+  - With O(replica_key_file) - the key between the front door and the replicas (the gateway's and the replicas'),
+    which no client holds (no team's, not in the registry), made when missing as a team's key is; with
+    O(replica_key_rotate), replaced by a new one.
   - Idempotent - a second run with the same options changes nothing (a team in O(rotate) gets a new key each run).
 author:
   - glm.serve maintainers (@glm-serve)
 attributes:
   check_mode:
     description: Says what would change (C(changed), each team's RV(teams[].created) and RV(teams[].rotated),
-      RV(revoked), RV(registry_changed)); writes, removes and changes the mode of nothing.
+      RV(revoked), RV(registry_changed), RV(replica_key)); writes, removes and changes the mode of nothing.
     support: full
   diff_mode:
     description: Not supported.
@@ -96,6 +99,19 @@ options:
     description: Random bytes of a new key (C(secrets.token_hex)); the key is twice as many hex characters. 16 to 256.
     type: int
     default: 24
+  replica_key_file:
+    description:
+      - The replicas' key file (C(glm_layout.files.replica_key)) - the key the front door sends the gateway, which
+        passes it to the replicas, whose SGLang asks for it; held by no client. Made (0600) when missing; none when
+        not given.
+      - Not in O(keys_dir), not O(service_key_file).
+    type: path
+  replica_key_rotate:
+    description:
+      - Replace the replicas' key with a new one in this run (the replicas and the router must then start again with
+        it). Changes on every run that sets it. Needs O(replica_key_file).
+    type: bool
+    default: false
 notes:
   - The gateway reads the registry; when RV(registry_changed) is true, a running gateway that does not read it again
     by itself must be restarted for new, rotated or revoked keys to take effect.
@@ -175,6 +191,22 @@ registry_changed:
   description: Whether the registry's content changed (or would, in check mode) - the gateway must read it again.
   returned: always
   type: bool
+replica_key:
+  description: The replicas' key file (O(replica_key_file)), whether this run made it and whether it replaced its key
+    (O(replica_key_rotate)); None without O(replica_key_file). No key, no hash.
+  returned: always
+  type: dict
+  contains:
+    path:
+      description: The file.
+      type: str
+      sample: /home/u/glm/replica-key
+    created:
+      description: Whether this run made it (there was none).
+      type: bool
+    rotated:
+      description: Whether this run replaced its key (O(replica_key_rotate)).
+      type: bool
 '''
 
 import errno
@@ -215,6 +247,8 @@ def argument_spec():
         )),
         rotate=dict(type='list', elements='str', default=[]),
         key_bytes=dict(type='int', default=24, no_log=False),
+        replica_key_file=dict(type='path', no_log=False),
+        replica_key_rotate=dict(type='bool', default=False, no_log=False),
     )
 
 
@@ -249,11 +283,22 @@ def validate(params):
     if not KEY_BYTES_MIN <= params['key_bytes'] <= KEY_BYTES_MAX:
         raise Refused('key_bytes is %d; give %d to %d (random bytes of a new key)'
                       % (params['key_bytes'], KEY_BYTES_MIN, KEY_BYTES_MAX))
+    validate_files(params)
+
+
+def validate_files(params):
+    """Raise Refused for the first problem in the options' files and folders."""
     keys_dir = params['keys_dir']
     if os.path.lexists(keys_dir) and not os.path.isdir(keys_dir):
         raise Refused('keys_dir=%s exists but is not a folder; remove it (it is then made) or point keys_dir at '
                       'the folder of the team keys' % keys_dir)
-    for option in ('service_key_file', 'registry'):
+    replica = params['replica_key_file']
+    if params['replica_key_rotate'] and not replica:
+        raise Refused('replica_key_rotate is true but no replica_key_file is given; give the replicas\' key file')
+    if replica and os.path.realpath(replica) == os.path.realpath(params['service_key_file']):
+        raise Refused('replica_key_file=%s is service_key_file: the replicas\' key is one no client holds; give it a '
+                      'file of its own' % replica)
+    for option in ('service_key_file', 'registry') + (('replica_key_file',) if replica else ()):
         if same_dir(os.path.dirname(params[option]), keys_dir):
             raise Refused('keys_dir=%s is the folder of %s=%s; give the team keys a folder of their own (files in '
                           'keys_dir named as no listed team are removed)' % (keys_dir, option, params[option]))
@@ -408,13 +453,22 @@ class TeamKeys:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
 
+    def replica_key(self, found):
+        """RV(replica_key) of the replicas' key file, FOUND as look() found it: kept, made or (rotated) replaced."""
+        path = self.params['replica_key_file']
+        created, rotated = self.team_key(path, found, self.params['replica_key_rotate'])[1:]
+        return dict(path=path, created=created, rotated=rotated)
+
     @staticmethod
-    def refuse_shared_keys(service_key, found, rotate):
+    def refuse_shared_keys(service_key, found, rotate, replica=None):
         """Refused when two teams (the service key's, default, among them) hold the same key: the gateway would refuse
-        the whole registry (it cannot tell them apart), every key with it."""
+        the whole registry (it cannot tell them apart), every key with it; or when the replicas' key (REPLICA, as
+        found, unless rotated) is a team's: a client would hold it."""
         owners = {}
         if service_key:
             owners.setdefault(sha256(service_key), []).append(DEFAULT_TEAM)
+        if replica is not None and replica[0]:
+            owners.setdefault(sha256(replica[0]), []).append('the replicas\' key (replica_key_file)')
         for name in sorted(found):
             if found[name] is not None and found[name][0] and name not in rotate:
                 owners.setdefault(sha256(found[name][0]), []).append(name)
@@ -506,7 +560,9 @@ class TeamKeys:
         # every team's key file looked at before anything changes (one that cannot be kept stops the run here)
         found = dict((team['name'], self.look(os.path.join(keys_dir, team['name']), team['name'] in rotate))
                      for team in params['teams'])
-        self.refuse_shared_keys(service_key, found, rotate)
+        replica_path = params['replica_key_file']
+        replica = self.look(replica_path, params['replica_key_rotate']) if replica_path else None
+        self.refuse_shared_keys(service_key, found, rotate, None if params['replica_key_rotate'] else replica)
         if ensure_dir(keys_dir, self.check_mode):
             self.changed = True
         hashes = {DEFAULT_TEAM: sha256(service_key) if service_key else None}
@@ -524,8 +580,9 @@ class TeamKeys:
         # its key file is still there and the next run tries again)
         registry_changed = self.write_registry(hashes, limits)
         revoked = self.revoke(set(hashes))
+        replica_key = self.replica_key(replica) if replica_path else None
         return dict(changed=self.changed, teams=teams, revoked=revoked, registry=params['registry'],
-                    registry_changed=registry_changed)
+                    registry_changed=registry_changed, replica_key=replica_key)
 
 
 def main():

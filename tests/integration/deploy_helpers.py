@@ -249,7 +249,7 @@ class RouterDeployment:
                 load.kill()
         if os.path.isdir(self.work):
             shutil.copytree(self.work, os.path.join(self.tmp_path, 'work'), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns('api-key', '.*', 'router-venv'))
+                            ignore=shutil.ignore_patterns('api-key', 'replica-key*', 'keys', '.*', 'router-venv'))
         run_playbook('teardown.yml', self.variables(glm_teardown_download=True), self.tmp_path)
         scancel_names(self.others)
         left = {name: job for name, job in self.jobs().items() if name in self.names and job[1] != 'COMPLETING'}

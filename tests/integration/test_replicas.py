@@ -167,6 +167,18 @@ def test_deploy_two_replicas_behind_the_router(env):
     assert [hit for hit in hits if hit[1] != 0o600] == [], hits
     assert [path for path, _mode in hits if ROUTER in path or 'router-workers' in path or path.endswith('endpoint')] == []
     assert key not in out
+    # the replicas serve a key of their own (issue 37 item 2), which the router's gateway sends them: the operator's
+    # key, which clients hold, opens nothing on a replica (nor its admin routes); theirs is on no command line either
+    replica_key = ssh('cat ~/%s/replica-key' % WORK).strip()
+    assert len(replica_key) == 48 and replica_key != key
+    for node in sorted(jobs_node(name) for name in REPLICAS):
+        assert models_status('~/%s/api-key' % WORK, base='http://%s:30000/v1' % node) == 401
+        assert models_status('~/%s/replica-key' % WORK, base='http://%s:30000/v1' % node) == 200
+    assert cmdlines_holding(replica_key) == []
+    hits = files_holding(os.path.join(login_home(), WORK), replica_key)
+    assert hits and [hit for hit in hits if hit[1] != 0o600] == [], hits
+    assert [path for path, _mode in hits if ROUTER in path or 'router-workers' in path or path.endswith('endpoint')] == []
+    assert replica_key not in out
 
 
 def test_second_deploy_changes_nothing(env):
@@ -407,8 +419,9 @@ def test_https_on_the_router_restarts_no_replica_and_answers_with_its_certificat
     assert 'https://localhost:30000/v1 through the tunnel, trusting the router certificate in %s/router.pem' % laptop in flat(fetched.stdout)
 
 
-def models_status(key_file=None, cafile=None):
-    """GET /v1/models through the router, from the login node: the HTTP status (KEY_FILE on the login node, or none)."""
+def models_status(key_file=None, cafile=None, base=None):
+    """GET /v1/models through the router (or at BASE, a replica's http://NODE:PORT/v1), from the login node: the HTTP
+    status (KEY_FILE on the login node, or none)."""
     code = ('import ssl, sys, urllib.request, urllib.error\n'
             'req = urllib.request.Request(sys.argv[1] + "/models")\n'
             'if sys.argv[2] != "-": req.add_header("Authorization", "Bearer " + open(sys.argv[2]).read().strip())\n'
@@ -419,7 +432,7 @@ def models_status(key_file=None, cafile=None):
     with open(path, 'w') as handle:
         handle.write(code)
     chown_login(path)
-    return int(ssh('python3 ~/%s/it-models.py %s %s%s' % (WORK, endpoint(), key_file or '-', (' ' + cafile) if cafile else '')))
+    return int(ssh('python3 ~/%s/it-models.py %s %s%s' % (WORK, base or endpoint(), key_file or '-', (' ' + cafile) if cafile else '')))
 
 
 def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
@@ -498,6 +511,36 @@ def test_team_keys_limits_revocation_and_usage_restart_no_job(env):
         hits = files_holding(os.path.join(login_home(), WORK), secret, skip=lambda path: path.endswith(copies))
         assert hits == ([(os.path.join(keys_dir, team), 0o600)] if team == 'team-b' else []), (team, hits)
         assert cmdlines_holding(secret) == []
+
+
+def test_a_new_replicas_key_starts_every_job_again_and_no_client_key_changes(env):
+    """router_replica_key_rotate (issue 37 item 2): a new key for the replicas, which no client holds. Every replica
+    and the router job start again with it, at once (smg passes the one key the door gives it to whichever replica it
+    picks: replicas of two keys cannot serve side by side); the operator's and the teams' keys work as before; the
+    replicas' old key opens nothing on them; a second deploy changes nothing."""
+    cert = os.path.join(login_home(), WORK, 'tls', 'router.pem')
+    revoke = variables(router_tls_cert='~/%s/tls/router.pem' % WORK, router_tls_key='~/%s/tls/router-key.pem' % WORK,
+                       glm_api_keys=[{'name': 'team-b', 'max_parallel': 4}])
+    before = jobs()
+    old = ssh('cat ~/%s/replica-key' % WORK).strip()
+    ssh('cp ~/%s/replica-key ~/%s/replica-key.copy' % (WORK, WORK))
+    started = time.monotonic()
+    proc = run_playbook('deploy.yml', dict(revoke, router_replica_key_rotate=True), env['tmp'], timeout=600)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    now = jobs()
+    assert set(now) == set(before) and all(now[name][0] != before[name][0] for name in before), (before, now)
+    new = ssh('cat ~/%s/replica-key' % WORK).strip()
+    assert new != old and len(new) == 48 and new not in proc.stdout and old not in proc.stdout
+    assert chats_with('~/%s/api-key' % WORK, 2, cert) == [200, 200]
+    assert chats_with('~/%s/team-b.copy' % WORK, 2, cert) == [200, 200]
+    for node in sorted(jobs_node(name) for name in REPLICAS):
+        assert models_status('~/%s/replica-key.copy' % WORK, base='http://%s:30000/v1' % node) == 401
+        assert models_status('~/%s/replica-key' % WORK, base='http://%s:30000/v1' % node) == 200
+    assert cmdlines_holding(new) == []
+    again = run_playbook('deploy.yml', revoke, env['tmp'], timeout=600)
+    assert again.returncode == 0 and recap(again)[0] == 0 and jobs() == now, again.stdout[-3000:]
+    print('\nREPLICAS: a new replicas\' key in a deploy of %.0f s: the 2 replicas and the router started again' % took)
 
 
 def chats_with(key_file, count, cafile):

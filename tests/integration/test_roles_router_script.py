@@ -84,7 +84,8 @@ def test_the_job_and_its_launcher(rendered):
     argv = command(rendered["default"])
     assert argv[0].endswith("/default/router-venv/bin/python") and argv[1].endswith("/default/glm_router.py")
     ours = argv[2:argv.index("--")]
-    assert ours[ours.index("--key-file") + 1].endswith("/default/api-key")
+    # behind the front door the gateway's key is the replicas' own (no client holds it), not the operator's
+    assert ours[ours.index("--key-file") + 1].endswith("/default/replica-key")
     assert ours[ours.index("--replicas-dir") + 1].endswith("/default/replicas")
     assert ours[ours.index("--endpoint-file") + 1].endswith("/default/endpoint")
     assert ours[ours.index("--workers-file") + 1].endswith("/default/router-workers.json")
@@ -103,6 +104,8 @@ def test_the_job_and_its_launcher(rendered):
     assert ours[ours.index("--gateway-config") + 1].endswith("/litellm/gateway-config.json")
     assert ours[ours.index("--proxy-metrics-port") + 1] == "29001" and "--max-body-mb" not in ours
     assert "--proxy" not in command(rendered["custom"])                   # router_proxy=none: the gateway alone
+    custom = command(rendered["custom"])                                  # whose key is the operator's: the clients send it
+    assert custom[custom.index("--key-file") + 1].endswith("/custom/api-key")
     assert "#SBATCH --partition=cpu-small\n" in rendered["custom"].read_text()
 
 

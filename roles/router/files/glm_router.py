@@ -11,7 +11,9 @@ What it adds to ``python -m smg.launch_router`` (or ``sglang_router.launch_route
 - The API key comes from KEY (a file only its owner reads), never from argv: the gateway's CLI takes its key
   only as ``--api-key`` (no variable, no file), so this parses the other flags with the router's own parser
   (``parse_router_args``) and sets ``api_key`` on the result before ``launch_router``. The router then asks that
-  key of every client (``Authorization: Bearer``) and sends it to the replicas, which serve the same key file.
+  key of every client (``Authorization: Bearer``) and sends it to the replicas, which serve the same key file (smg
+  passes a request's own Authorization on to the replica it picks). Behind a front door (--proxy) KEY is the
+  replicas' own, which the door sends and no client holds; without one, the operator's.
 - The replicas join as they come: each replica's job writes one file ``DIR/NAME.url`` (its ``http://NODE:PORT``)
   when it starts and removes it when it ends. Every S seconds this compares the files with the router's workers
   (``GET /workers``): a replica whose ``/health`` answers 200 is added (``POST /workers`` with the key, as the
@@ -106,7 +108,7 @@ def read_key(path):
     except OSError as error:
         raise SystemExit('%s cannot read the API key file %s: %s' % (LOG_PREFIX, path, error.strerror))
     if not key:
-        raise SystemExit('%s no API key in %s; run the deploy playbook (role glm.serve.api_key) to make one' % (LOG_PREFIX, path))
+        raise SystemExit('%s no API key in %s; run the deploy playbook to make one' % (LOG_PREFIX, path))
     return key
 
 

@@ -71,3 +71,14 @@ def test_secrets_of_an_unreadable_key_file_masks_by_pattern_only(work):
     assert job_log.secrets_of(str(work / 'api-key')) == (KEY,)
     assert job_log.secrets_of(str(work / 'no-such-key')) == ()
     assert job_log.secrets_of(None) == ()
+
+
+def test_the_replicas_key_of_the_work_dir_is_masked_too(run_module, work):
+    """A replica behind the router serves the work dir's replica-key (issue 37 item 2), which SGLang prints in its
+    start-up line; the logs playbook passes the operator's key only."""
+    replica = 'cd' * 24
+    (work / 'replica-key').write_text(replica + '\n')
+    (work / 'glm-serve-2-1002.out').write_text(u'the key %s\nthe operator key %s\n' % (replica, KEY))
+    result = run_module(job_log.main, {'name': 'glm-serve-2', 'chdir': str(work), 'key_file': str(work / 'api-key')})
+    assert not result['failed'] and result['lines'] == ['the key ********', 'the operator key ********'], result
+    assert job_log.secrets_of(str(work / 'api-key'), str(work)) == (KEY, replica)

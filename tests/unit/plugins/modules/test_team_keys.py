@@ -403,3 +403,57 @@ def test_the_registry_is_written_before_a_revoked_key_file_goes(run_module, path
     result = run(run_module, paths, TEAMS[:1])
     assert not result['failed'] and result['revoked'] == ['research'] and not os.path.exists(gone)
     assert 'research' not in registry(paths)['teams']
+
+
+# -- the replicas' key (issue 37 item 2): no client holds it, a rotation keeps the key it replaced ------------------
+
+def replica_paths(paths):
+    return dict(paths, replica_key_file=os.path.join(os.path.dirname(paths['service_key_file']), 'replica-key'))
+
+
+def test_the_replicas_key_is_made_once_0600_and_is_no_team_s(run_module, paths):
+    args = replica_paths(paths)
+    first = run(run_module, args, TEAMS)
+    assert not first['failed'], first
+    assert first['replica_key'] == dict(path=args['replica_key_file'], created=True, rotated=False)
+    key = key_of(args['replica_key_file'])
+    assert len(key) == 48 and key != SERVICE_KEY and mode(args['replica_key_file']) == 0o600
+    # not in the registry: no client's key opens a replica
+    assert sha(key) not in [team['sha256'] for team in registry(paths)['teams'].values()]
+    assert key not in json.dumps(first)
+    again = run(run_module, args, TEAMS)
+    assert not again['changed'] and again['replica_key'] == dict(path=args['replica_key_file'], created=False, rotated=False)
+    assert key_of(args['replica_key_file']) == key
+
+
+def test_a_rotation_of_the_replicas_key_replaces_it_alone(run_module, paths):
+    args = replica_paths(paths)
+    run(run_module, args, TEAMS)
+    old = key_of(args['replica_key_file'])
+    before = snapshot(os.path.dirname(paths['service_key_file']))
+    checked = run(run_module, args, TEAMS, check_mode=True, replica_key_rotate=True)
+    assert checked['changed'] and checked['replica_key']['rotated'] and not checked['failed']
+    assert snapshot(os.path.dirname(paths['service_key_file'])) == before       # check mode writes nothing
+    rotated = run(run_module, args, TEAMS, replica_key_rotate=True)
+    assert rotated['changed'] and rotated['replica_key'] == dict(path=args['replica_key_file'], created=False, rotated=True)
+    new = key_of(args['replica_key_file'])
+    assert new != old and mode(args['replica_key_file']) == 0o600
+    assert sorted(os.listdir(os.path.dirname(paths['service_key_file']))) == ['api-key', 'gateway', 'replica-key', 'team-keys']
+    assert not rotated['registry_changed']                  # the teams' keys are not touched
+    assert new not in json.dumps(rotated) and old not in json.dumps(rotated)
+
+
+def test_the_replicas_key_refused_where_a_client_would_hold_it(run_module, paths):
+    args = replica_paths(paths)
+    same = run(run_module, dict(args, replica_key_file=paths['service_key_file']), TEAMS)
+    assert same['failed'] and 'is service_key_file' in same['msg'], same
+    with open(args['replica_key_file'], 'w') as handle:
+        handle.write(SERVICE_KEY + '\n')                     # a copy of the operator's key
+    copied = run(run_module, args, TEAMS)
+    assert copied['failed'] and "the replicas' key (replica_key_file)" in copied['msg'] and 'default' in copied['msg'], copied
+    assert SERVICE_KEY not in copied['msg']
+    # a rotation mends it: a new key is made
+    mended = run(run_module, args, TEAMS, replica_key_rotate=True)
+    assert not mended['failed'] and key_of(args['replica_key_file']) != SERVICE_KEY, mended
+    alone = run(run_module, paths, TEAMS, replica_key_rotate=True)
+    assert alone['failed'] and 'replica_key_rotate is true but no replica_key_file' in alone['msg'], alone
