@@ -261,18 +261,38 @@ class View(object):
         return {'metrics_status': metrics_status, 'metrics_text': text if metrics_status == 200 else None,
                 'without_key_status': without_key}
 
-    def router_view(self, router, replicas, moved):
+    def router_view(self, router, replicas, moved, probe=None):
+        """The router's part: its job, workers file and metrics - on its metrics port, else (router_proxy=glm: the
+        port is on its node's loopback) through its front door with the operator's key (PROBE, the router's)."""
         workers_doc = read_json(self.layout.router_workers_file)
         workers = (workers_doc or {}).get('workers') or [] if isinstance(workers_doc, dict) else []
         if workers_doc is None and not router and not replicas:
             return None
         served, answers = {}, None
         if router and router['state'] == 'RUNNING' and router.get('nodes'):
-            code, text = http_status(sp.first_host(router['nodes']), self.params['router_metrics_port'] + moved, '/metrics',
-                                     body=True)
+            node = sp.first_host(router['nodes'])
+            code, text = http_status(node, self.params['router_metrics_port'] + moved, '/metrics', body=True)
+            if code is None and probe is not None:
+                code, text = probe.text(node, '/metrics', router.get('job_id'))
             served = dict((u, n) for u, n in SERVED_RE.findall(text or '')) if code == 200 else {}
             answers = router_answers(text) if code == 200 else None
         return {'job': router or None, 'workers': workers, 'requests_served': served, 'answers': answers}
+
+    def ask_jobs(self, probe, servers, others, router, endpoint_vars):
+        """Each running one of SERVERS (replica 1's jobs) and OTHERS (the other replicas' live ones) asked with their
+        key, the ROUTER (when it listens on the probe's port) with the operator's; (the replicas' probe, the router's or
+        None)."""
+        params = self.params
+        routed = bool(router or others or os.path.exists(self.layout.router_workers_file))
+        replicas_probe = self.replica_probe(probe, routed)
+        for job in servers + others:
+            job['probe'] = self.asked(replicas_probe, job)
+        if not router:
+            return replicas_probe, None
+        tls_cert = (endpoint_vars or {}).get('GLM_TLS_CERT') or params.get('router_tls_cert')
+        door = self.router_probe(probe, tls_cert) if params['router_port'] == (params.get('probe') or {}).get('port') else None
+        router['probe'] = self.asked(door, router)
+        return replicas_probe, door
 
     def build(self):
         layout, params = self.layout, self.params
@@ -284,13 +304,7 @@ class View(object):
         moved = self.router_moved(router, endpoint_vars)
         others = [j for k in sorted(roles['replicas']) if k > 1 for j in roles['replicas'][k] if j['live']]
         probe, probe_error = self.probe([j for j in servers if j['live']] + others + ([router] if router else []))
-        router_probed = params['router_port'] == (params.get('probe') or {}).get('port')
-        replicas_probe = self.replica_probe(probe, bool(router or others or os.path.exists(layout.router_workers_file)))
-        for job in servers + others:
-            job['probe'] = self.asked(replicas_probe, job)
-        if router:
-            tls_cert = (endpoint_vars or {}).get('GLM_TLS_CERT') or params.get('router_tls_cert')
-            router['probe'] = self.asked(self.router_probe(probe, tls_cert), router) if router_probed else None
+        replicas_probe, door = self.ask_jobs(probe, servers, others, router, endpoint_vars)
         server = live_last(servers)
         download = roles['download']
         http = self.server_http(server, replicas_probe) if server else self.server_http({}, None)
@@ -308,7 +322,7 @@ class View(object):
             server=server or None, download=download, replicas=others,
             endpoint=('http://%s:%s/v1' % (server['nodes'], params['port'])) if server.get('state') == 'RUNNING' else None,
             endpoint_file=endpoint_vars, endpoint_file_text=endpoint_text, tunnel_to=tunnel_to, relay=os.path.exists(layout.relay_file),
-            router=self.router_view(router, others, moved), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
+            router=self.router_view(router, others, moved, door), bad_nodes=read_bad_nodes(layout.bad_nodes_file, params['bad_node_ttl']),
             usage=usage_file.view(usage_file.read_usage(layout.usage_file)),
             handovers=read_handovers(layout.handovers_file), successors=successors(jobs),
             scaling=read_scale_log(layout.scale_log_file),

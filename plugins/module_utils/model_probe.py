@@ -125,6 +125,18 @@ class ModelProbe:
     def endpoint(self, node, job_id=None):
         return '%s://%s:%d' % (self.scheme, node, self.port_of(job_id)[0] or self.port)
 
+    def text(self, node, path, job_id=None):
+        """(status, text) of ``GET path`` on the port this probe asks (port_of), with the key (and over HTTPS pinned,
+        as the probe); (None, None) when nothing answers or the job does not serve the endpoint."""
+        port = self.port_of(job_id)[0]
+        if port is None:
+            return None, None
+        try:
+            code, body = self._open(node, port, path, {'Authorization': 'Bearer %s' % self._key}, self.timeout)
+        except Exception:  # pylint: disable=broad-except  # socket, ssl and http.client errors: no answer
+            return None, None
+        return code, body.decode('utf-8', 'replace') if isinstance(body, bytes) else body
+
     def check(self, node, job_id=None):
         headers = {'Authorization': 'Bearer %s' % self._key, 'Accept': 'application/json'}
         port, waiting = self.port_of(job_id)

@@ -16,7 +16,8 @@ description:
   - Keeps one key file per team in O(keys_dir) (C(KEYS_DIR/TEAM), the folder 0700, the files 0600) and the registry
     the gateway checks keys against (O(registry), 0600) - each team's key as its SHA-256 hash, with its limits. The
     service key (O(service_key_file), made by the role C(glm.serve.api_key))
-    is the team V(default), without limits. Runs on the login node, as the user.
+    is the team V(default), with the limits of a V(default) entry of O(teams), none without one. Runs on the login
+    node, as the user.
   - A listed team without a key file gets a new random key (O(key_bytes) random bytes as hex, one line), written in a
     temporary file in O(keys_dir) and linked into place, so it is never half written and never replaces a key
     another run made at the same time (that one is kept). A team in O(rotate) gets a new key in place of its old one.
@@ -74,7 +75,8 @@ options:
       name:
         description:
           - The team's name, its key file's name - lowercase letters, digits, C(_) and C(-), starting with a letter or a
-            digit, at most 63 characters (C(^[a-z0-9][a-z0-9_-]{0,62}$)). Unique. V(default) is the service key's.
+            digit, at most 63 characters (C(^[a-z0-9][a-z0-9_-]{0,62}$)). Unique.
+          - V(default) is the service key's team - its entry sets that key's limits; no key file is made for it.
         type: str
         required: true
       rpm:
@@ -261,9 +263,6 @@ def validate(params):
     names = []
     for team in params['teams']:
         name = team['name']
-        if name == DEFAULT_TEAM:
-            raise Refused("teams: the name 'default' is reserved for the service key (service_key_file); "
-                          "give the team another name")
         if not TEAM_NAME.match(name):
             raise Refused('teams: the name %r is not a team name; use lowercase letters, digits, _ and -, starting with '
                           'a letter or a digit, at most 63 characters (^[a-z0-9][a-z0-9_-]{0,62}$)' % (name,))
@@ -559,18 +558,22 @@ class TeamKeys:
         rotate = set(params['rotate'])
         # every team's key file looked at before anything changes (one that cannot be kept stops the run here)
         found = dict((team['name'], self.look(os.path.join(keys_dir, team['name']), team['name'] in rotate))
-                     for team in params['teams'])
+                     for team in params['teams'] if team['name'] != DEFAULT_TEAM)
         replica_path = params['replica_key_file']
         replica = self.look(replica_path, params['replica_key_rotate']) if replica_path else None
         self.refuse_shared_keys(service_key, found, rotate, None if params['replica_key_rotate'] else replica)
         if ensure_dir(keys_dir, self.check_mode):
             self.changed = True
         hashes = {DEFAULT_TEAM: sha256(service_key) if service_key else None}
-        limits = {DEFAULT_TEAM: dict((limit, None) for limit in LIMITS)}
+        # the service key's team: its limits from a default entry of teams (none without one), its key not made here
+        listed = dict((team['name'], team) for team in params['teams'])
+        limits = {DEFAULT_TEAM: dict((limit, listed.get(DEFAULT_TEAM, {}).get(limit)) for limit in LIMITS)}
         teams = [dict(name=DEFAULT_TEAM, path=params['service_key_file'], created=False, rotated=False,
                       **limits[DEFAULT_TEAM])]
         for team in params['teams']:
             name = team['name']
+            if name == DEFAULT_TEAM:
+                continue
             path = os.path.join(keys_dir, name)
             key, created, rotated = self.team_key(path, found[name], name in rotate)
             hashes[name] = None if key is None else sha256(key)

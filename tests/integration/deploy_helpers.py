@@ -115,6 +115,19 @@ def router_wheels():
     return folder
 
 
+#: another user of the cluster, with a login of their own on the same login node (tests/tooling/cluster/cluster.sh
+#: OTHER_USER; '' where the cluster has none: a Debian root's)
+OTHER_USER = '' if target.IN_ROOT else target.ENV.get('GLM_CLUSTER_OTHER_USER', '')
+SSH_OTHER = SSH[:-1] + ['%s@%s' % (OTHER_USER, target.SSH_HOST)]
+
+
+def ssh_other(command, timeout=60):
+    """Run a shell command as OTHER_USER over real SSH; (exit status, stdout and stderr)."""
+    proc = subprocess.run(SSH_OTHER + [command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          universal_newlines=True, check=False, timeout=timeout)
+    return proc.returncode, proc.stdout
+
+
 def ssh(command, check=True, timeout=60):
     """Run a shell command as the login user over real SSH; returns stdout."""
     proc = subprocess.run(SSH + [command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,

@@ -94,10 +94,16 @@ def chats(count, key=True, cafile=None):
 
 
 def served():
-    """The router's per-replica request counter (smg 1.13, as sglang-router 0.3.2: smg_worker_cb_outcomes_total), read from its
-    metrics port on its node, from the login node."""
+    """The router's per-replica request counter (smg 1.13, as sglang-router 0.3.2: smg_worker_cb_outcomes_total), from the
+    login node: through the front door with the operator's key (the gateway's metrics port is on its node's loopback,
+    issue 37 item 7: from another node nothing answers there)."""
     node = jobs_node(ROUTER)
-    text = ssh('python3 -c "import urllib.request;print(urllib.request.urlopen(\'http://%s:29000/metrics\').read().decode())"' % node)
+    fetch = ('python3 -c "import sys, urllib.request, urllib.error\n'
+             'req = urllib.request.Request(sys.argv[1], headers={\'Authorization\': \'Bearer \' + open(sys.argv[2]).read().strip()})\n'
+             'try:\n    print(urllib.request.urlopen(req, timeout=10).read().decode())\n'
+             'except Exception as e:\n    print(\'FAILED\', e)" %s %s')
+    assert ssh(fetch % ('http://%s:29000/metrics' % node, '~/%s/api-key' % WORK)).startswith('FAILED')
+    text = ssh(fetch % (endpoint()[:-len('/v1')] + '/metrics', '~/%s/api-key' % WORK))
     return {url: int(n) for url, n in re.findall(r'^smg_worker_cb_outcomes_total\{worker="([^"]+)",outcome="success"\} (\d+)', text, re.M)}
 
 

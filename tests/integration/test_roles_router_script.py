@@ -189,7 +189,8 @@ def test_the_real_router_parser_takes_the_rendered_arguments(rendered):
     ({"router_extra_args": ["--request-timeout-secs", "5"]}, "router_extra_args", "router_request_timeout"),
     ({"glm_api_keys": [{"name": "Team A"}]}, "glm_api_keys names", "lower-case letters"),
     ({"glm_api_keys": [{"name": "team-a"}, {"name": "team-a"}]}, "glm_api_keys names", "a different name"),
-    ({"glm_api_keys": [{"name": "default"}]}, "glm_api_keys names", 'not "default"'),
+    ({"glm_api_keys": [{"name": "default", "rpm": 5}], "glm_api_keys_rotate": ["default"]}, "glm_api_keys_rotate",
+     "api_key_rotate=true"),
     ({"glm_api_keys": [{"name": "team-a", "rpm": 0}]}, "glm_api_keys limits", "1 or more"),
     ({"glm_api_keys": [{"name": "team-a"}], "glm_api_keys_rotate": ["team-b"]}, "glm_api_keys_rotate", "team-b"),
 ])

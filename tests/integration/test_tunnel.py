@@ -24,13 +24,14 @@ import shlex
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
 import pytest
 
 import cluster_target as target
-from deploy_helpers import isolated_vars, login_home, require_cluster, run_playbook, scancel_names, ssh
+from deploy_helpers import OTHER_USER, SSH_OTHER, isolated_vars, login_home, require_cluster, run_playbook, scancel_names, ssh, ssh_other
 
 openai = pytest.importorskip('openai')
 
@@ -99,6 +100,63 @@ def open_tunnel(argv):
     reader.daemon = True
     reader.start()
     return proc, lines
+
+
+#: run as another user on the login node (this machine: the file is read there): connect to the relay's port, send a
+#: request, print how many bytes came back before the connection closed
+PEEK = '''import socket, sys
+sock = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10)
+sock.sendall(b'GET /v1/models HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')
+try:
+    data = sock.recv(100)
+except OSError:
+    data = b''
+print(len(data))
+'''
+
+
+def another_user_gets_nothing_through(relay_port, work):
+    """Another user of the cluster, logged in on the same login node (issue 37): a connection of theirs to this
+    relay's port, straight or through their own tunnel (ssh -L to it, which the gateway allows: a loopback port),
+    gets no byte back (the relay closes a connection from another user's socket at once); the work dir is closed to
+    them."""
+    peek = os.path.join(tempfile.mkdtemp(prefix='glm-it-peek-'), 'peek.py')
+    with open(peek, 'w') as handle:
+        handle.write(PEEK)
+    os.chmod(os.path.dirname(peek), 0o755)
+    os.chmod(peek, 0o644)
+    try:
+        status, out = ssh_other('python3 %s %d' % (peek, relay_port))
+        assert status == 0 and out.split() == ['0'], (status, out)
+        status, out = ssh_other('ls %s; cat %s/endpoint' % (shlex.quote(work), shlex.quote(work)))
+        assert status != 0 and 'Permission denied' in out, (status, out)
+        port = free_port()
+        # their own ssh, no shared connection (ssh takes an option's first value: the helpers' Control* left out)
+        base = SSH_OTHER[:-1]
+        argv = [a for i, a in enumerate(base) if not a.startswith('Control') and not (a == '-o' and base[i + 1].startswith('Control'))]
+        theirs, lines = open_tunnel(argv + ['-N', '-o', 'ExitOnForwardFailure=yes', '-L',
+                                            '%d:127.0.0.1:%d' % (port, relay_port), SSH_OTHER[-1]])
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    sock = socket.create_connection(('127.0.0.1', port), timeout=10)
+                    break
+                except OSError:
+                    assert theirs.poll() is None and time.monotonic() < deadline, lines
+                    time.sleep(0.2)
+            with sock:
+                sock.sendall(b'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n')
+                try:
+                    got = sock.recv(100)
+                except OSError:
+                    got = b''
+            assert got == b'', got
+        finally:
+            theirs.terminate()
+            theirs.wait(10)
+    finally:
+        shutil.rmtree(os.path.dirname(peek), ignore_errors=True)
 
 
 def relays_left(relay_file):
@@ -188,6 +246,8 @@ def test_the_printed_tunnel_and_the_openai_client(served):
         with pytest.raises(openai.AuthenticationError):
             wrong.models.list()
         assert relays_left(relay_file)
+        if OTHER_USER:
+            another_user_gets_nothing_through(relay_port, os.path.dirname(relay_file))
 
         # A second tunnel of the same deployment while the first runs: the relay's port is taken; it says so and the
         # second ssh ends at once (its local port closes), the first one still works.

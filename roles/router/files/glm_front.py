@@ -32,6 +32,11 @@ Per request (HTTP/1.1, each request of a kept-alive connection read and checked 
   stream_options.include_usage) is counted as one completion token per content event and a prompt of a token per
   four bytes of the request body (an estimate, said in docs/security.md).
 
+The gateway's Prometheus text (its port on the node's loopback: router.sbatch's --prometheus-host), for the operator's
+key only (the team ``default``): ``GET /metrics`` (METRICS_ROUTE), read from that port while the gateway the launcher
+forked holds it. The status playbook reads it so; no other team, no one without a key, nor anyone on another node
+reads the replicas' addresses and the requests each served.
+
 Bounded: at most --max-connections connections in all and --max-connections-per-peer from one address (503 at once
 beyond); an idle kept-alive connection closed after KEEPALIVE_IDLE s; accept errors (EMFILE) logged once per
 LOG_EVERY s with their count. Scale to zero (--hold): glm_hold.Hold's waiting, for requests this door has let in
@@ -50,7 +55,8 @@ import time
 
 import glm_hold
 import glm_ports
-from glm_front_http import CHUNK, HEAD_LIMIT, Refused, check_body, check_route, parse_head, response, route_allowed  # noqa: F401  pylint: disable=unused-import
+from glm_front_http import (CHUNK, HEAD_LIMIT, Refused, check_body, check_route, parse_head, response,  # noqa: F401  pylint: disable=unused-import
+                            route_allowed, text_response)
 from glm_front_relay import Exchange
 
 #: seconds from the first byte of a request's head to its last (the whole head, however slowly it trickles)
@@ -71,6 +77,10 @@ POOL_MOST = 1024
 POOL_IDLE = 4.0
 #: seconds between two log lines of the same kind of trouble (accept errors)
 LOG_EVERY = 10.0
+#: the gateway's metrics through the door, for the team of the operator's key only; at most METRICS_MOST bytes
+METRICS_ROUTE = ('GET', '/metrics')
+OPERATOR = 'default'
+METRICS_MOST = 8 * 1048576
 
 
 class Limits:
@@ -153,6 +163,7 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         self.peers = collections.Counter()
         self.pool = []                  # idle kept-alive connections to the gateway (_Upstream), the newest last
         self.gateway_pid = None         # the gateway the launcher forked: nothing is passed on before it is known
+        self.metrics_port = None        # the gateway's Prometheus port on the loopback (GET /metrics, the operator's)
         self.said_foreign = False
         self._ours = (-1.0, False)      # (when, whether the gateway's port was its own then)
         self.counts.update({'refused_connections': 0, 'accept_errors': 0, 'loop_errors': 0})
@@ -259,6 +270,9 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
             return False
         if entry is None:                   # an open route: the gateway's liveness
             return await self._pass(conn, head, body, None)
+        if (head.method, head.path) == METRICS_ROUTE:
+            await conn.send(await self._metrics(head.keep_alive))
+            return head.keep_alive
         return await self._admitted(conn, head, body, entry, work)
 
     def _limit(self, entry):
@@ -286,6 +300,11 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
             self.counts['unauthorized'] += 1
             raise Refused(401, 'Unauthorized', 'a valid API key is needed (Authorization: Bearer KEY)',
                           kind='authentication_error', code='invalid_api_key')
+        if (head.method, head.path) == METRICS_ROUTE and self.metrics_port:
+            if entry.get('team') != OPERATOR:
+                raise Refused(403, 'Forbidden', "the gateway's metrics are the operator's: GET /metrics with the key "
+                              'of glm_api_key_file', kind='permission_error', code='route_not_allowed')
+            return entry
         if not route_allowed(head.method, head.path):
             raise Refused(403, 'Forbidden', 'this service serves the OpenAI-compatible API only: POST /v1/chat/'
                           'completions, /v1/completions, /v1/responses, /v1/embeddings; GET /v1/models[/NAME]',
@@ -343,6 +362,36 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         if entry is None:
             return keep
         return keep, exchange.usage.tokens(len(body)), exchange.status
+
+    async def _metrics(self, keep_alive):
+        """The bytes of the answer to the operator's GET /metrics: the gateway's Prometheus text, read from its loopback
+        port while the gateway the launcher forked holds it (503 else: another user's listener gets no request)."""
+        port = self.metrics_port
+        unavailable = Refused(503, 'Service Unavailable', "the gateway's metrics do not answer", kind='service_unavailable',
+                              retry_after=5)
+        if self.gateway_pid is None or not glm_ports.held_by(self.gateway_pid, glm_ports.listening_sockets(port)):
+            return unavailable.answer()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection('127.0.0.1', port), 5.0)
+        except (OSError, asyncio.TimeoutError):
+            return unavailable.answer()
+        try:
+            # HTTP/1.0: the whole answer, then the end of the connection (no chunked framing to read)
+            writer.write(b'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n')
+            data = await asyncio.wait_for(reader.read(METRICS_MOST + 65536), 10.0)
+            while len(data) <= METRICS_MOST:
+                more = await asyncio.wait_for(reader.read(65536), 10.0)
+                if not more:
+                    break
+                data += more
+        except (OSError, asyncio.TimeoutError):
+            return unavailable.answer()
+        finally:
+            writer.close()
+        head, _sep, text = data.partition(b'\r\n\r\n')
+        if not head.startswith(b'HTTP/1.') or head.split(b' ', 2)[1:2] != [b'200'] or len(data) > METRICS_MOST:
+            return unavailable.answer()
+        return text_response(text, 'text/plain; version=0.0.4; charset=utf-8', keep_alive)
 
     listening_sockets = staticmethod(glm_ports.listening_sockets)
 

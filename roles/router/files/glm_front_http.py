@@ -65,6 +65,14 @@ def response(status, reason, body, retry_after=None, keep_alive=False):
     return ('\r\n'.join(head) + '\r\n\r\n').encode('ascii') + data
 
 
+def text_response(data, content_type, keep_alive=False):
+    """The bytes of a whole HTTP/1.1 200 answer with the body DATA (bytes) of CONTENT_TYPE."""
+    head = ['HTTP/1.1 200 OK', 'Content-Type: %s' % content_type, 'Content-Length: %d' % len(data)]
+    if not keep_alive:
+        head.append('Connection: close')
+    return ('\r\n'.join(head) + '\r\n\r\n').encode('ascii') + data
+
+
 class Head:
     """A request's head: method, target, version, fields [(lower-case name, value)], and what frames its body."""
 

@@ -520,11 +520,13 @@ def start_door(opts, public, base, key, router_argv):
             '; a request that comes while no replica serves waits at most %d s for the first one' % opts.hold
             if opts.hold else ''))
     try:
-        return glm_front.FrontDoor(host, port, (upstream.hostname, upstream.port), log,
+        door = glm_front.FrontDoor(host, port, (upstream.hostname, upstream.port), log,
                                    glm_gateway.shared_registry(opts.gateway_keys),
                                    glm_gateway.shared_usage_book(opts.usage_file), key, opts.model,
-                                   tls=(tls_cert, tls_key) if tls_cert else None, bound=opts.hold,
-                                   settings=settings).start()
+                                   tls=(tls_cert, tls_key) if tls_cert else None, bound=opts.hold, settings=settings)
+        # the gateway's metrics (on the loopback: --prometheus-host) through the door, for the operator's key
+        door.metrics_port = int(args_value(router_argv, '--prometheus-port', 0)) or None
+        return door.start()
     except (OSError, ValueError, ssl.SSLError) as error:
         raise SystemExit('%s the front door cannot serve %s:%d: %s' % (LOG_PREFIX, host, port, error))
 
@@ -578,7 +580,8 @@ def start_router(router_argv, key, replicas_dir, proxied=False, stopping=None):
     except (ValueError, OSError) as error:
         raise SystemExit('%s cannot use the TLS certificate %s: %s' % (LOG_PREFIX, tls_cert, getattr(error, 'strerror', None) or error))
     public = (args.host, args.port, tls_cert, getattr(args, 'server_key_path', None))
-    glm_ports.wait_for_ports(args.host, [args.port, getattr(args, 'prometheus_port', None)], log)
+    glm_ports.wait_for_ports(args.host, [args.port], log)
+    glm_ports.wait_for_ports(getattr(args, 'prometheus_host', None) or args.host, [getattr(args, 'prometheus_port', None)], log)
     if proxied:
         args.host, args.server_cert_path, args.server_key_path = '127.0.0.1', None, None
     base = '%s://%s:%d' % ('https' if tls_cert and not proxied else 'http', '127.0.0.1' if args.host in (

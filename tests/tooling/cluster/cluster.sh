@@ -29,6 +29,9 @@ ACCOUNTING=${GLM_CLUSTER_ACCOUNTING-1}
 [ "$ACCOUNTING" != 0 ] || ACCOUNTING=
 MIN_JOB_AGE=${GLM_CLUSTER_MIN_JOB_AGE:-300}
 LOGIN_USER=glmuser
+# Another user of the cluster, with a shell on the same login node (the platform's gateway lets every cluster user in):
+# the tests attack the login user's deployment as this one (issue 37). The same key; no Slurm account needed.
+OTHER_USER=glmother
 LOGIN_HOME=${GLM_CLUSTER_LOGIN_HOME:-/home/$LOGIN_USER}
 SSH_PORT=${GLM_CLUSTER_SSH_PORT:-2222}
 SSH_LISTEN=${GLM_CLUSTER_SSH_LISTEN:-127.0.0.1}
@@ -391,13 +394,19 @@ setup_hosts() {
 }
 
 setup_user() {
+  local user
   if ! id "$LOGIN_USER" >/dev/null 2>&1; then
     useradd -m -d "$LOGIN_HOME" -s /bin/bash "$LOGIN_USER"
   fi
-  # sshd without PAM refuses accounts whose password field starts with "!" (locked)
-  if getent shadow "$LOGIN_USER" | cut -d: -f2 | grep -q '^!'; then
-    usermod -p '*' "$LOGIN_USER"
+  if ! id "$OTHER_USER" >/dev/null 2>&1; then
+    useradd -m -s /bin/bash "$OTHER_USER"
   fi
+  # sshd without PAM refuses accounts whose password field starts with "!" (locked)
+  for user in "$LOGIN_USER" "$OTHER_USER"; do
+    if getent shadow "$user" | cut -d: -f2 | grep -q '^!'; then
+      usermod -p '*' "$user"
+    fi
+  done
 }
 
 # the login node's sshd_config (start rewrites it and reloads a running sshd when it changed)
@@ -415,7 +424,7 @@ PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin no
-AllowUsers $LOGIN_USER
+AllowUsers $LOGIN_USER $OTHER_USER
 UsePAM no
 X11Forwarding no
 PrintMotd no
@@ -461,7 +470,11 @@ setup_ssh() {
     fi
   } | write_if_changed "$KNOWN_HOSTS"
 
+  local sshd_before
+  sshd_before=$(md5sum <"$D/ssh/sshd_config" 2>/dev/null || true)
   write_sshd_config
+  # a running sshd (an install over a cluster that is up) takes the new configuration now, not at its next start
+  [ "$sshd_before" = "$(md5sum <"$D/ssh/sshd_config")" ] || reload_sshd
   write_if_changed "$D/ssh/ssh_config" <<EOF
 # ssh -F $D/ssh/ssh_config glm-login
 Host glm-login
@@ -475,13 +488,18 @@ Host glm-login
   BatchMode yes
 EOF
 
-  local ak=$LOGIN_HOME/.ssh/authorized_keys pub
+  local ak pub user home
   pub=$(cat "$SSH_KEY.pub")
-  install -d -m 0700 -o "$LOGIN_USER" -g "$LOGIN_USER" "$LOGIN_HOME/.ssh"
-  touch "$ak"
-  grep -qxF "$pub" "$ak" || printf '%s\n' "$pub" >>"$ak"
-  chown "$LOGIN_USER:$LOGIN_USER" "$ak"
-  chmod 0600 "$ak"
+  for user in "$LOGIN_USER" "$OTHER_USER"; do
+    home=$(getent passwd "$user" | cut -d: -f6)
+    [ "$user" != "$LOGIN_USER" ] || home=$LOGIN_HOME
+    ak=$home/.ssh/authorized_keys
+    install -d -m 0700 -o "$user" -g "$user" "$home/.ssh"
+    touch "$ak"
+    grep -qxF "$pub" "$ak" || printf '%s\n' "$pub" >>"$ak"
+    chown "$user:$user" "$ak"
+    chmod 0600 "$ak"
+  done
 }
 
 cmd_install() {
@@ -503,6 +521,7 @@ cmd_install() {
 
 installed() {
   [ -f "$CONF" ] && [ -f "$D/lib/pyxis_standin.so" ] && [ -s "$SSH_KEY" ] && id "$LOGIN_USER" >/dev/null 2>&1 &&
+    id "$OTHER_USER" >/dev/null 2>&1 && [ -s "$(getent passwd "$OTHER_USER" | cut -d: -f6)/.ssh/authorized_keys" ] &&
     command -v slurmctld >/dev/null && command -v munged >/dev/null &&
     { [ -z "$ACCOUNTING" ] || { command -v slurmdbd >/dev/null && [ -d "$D/mysql/mysql" ]; }; }
 }
@@ -924,6 +943,7 @@ export GLM_CLUSTER_SSH_ALIAS=glm-login
 export GLM_CLUSTER_INVENTORY=$(cd "$HERE/../../.." && pwd)/inventory/local
 export SLURM_CONF=$CONF
 export GLM_CLUSTER_USER=$LOGIN_USER
+export GLM_CLUSTER_OTHER_USER=$OTHER_USER
 export GLM_CLUSTER_SSH_HOST=127.0.0.1
 export GLM_CLUSTER_SSH_PORT=$SSH_PORT
 export GLM_CLUSTER_SSH_KEY=$SSH_KEY

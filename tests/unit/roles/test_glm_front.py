@@ -29,6 +29,7 @@ import glm_front  # noqa: E402  pylint: disable=wrong-import-position
 import glm_gateway  # noqa: E402  pylint: disable=wrong-import-position
 
 KEY_A, KEY_B, UPSTREAM_KEY = 'a' * 40, 'b' * 40, 'u' * 40
+METRICS_TEXT = 'smg_worker_cb_outcomes_total{worker="http://node1:30000",outcome="success"} 3\n'
 
 
 class Gateway(http.server.BaseHTTPRequestHandler):
@@ -56,6 +57,14 @@ class Gateway(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):  # pylint: disable=invalid-name
         Gateway.seen.append((self.command, self.path, dict(self.headers), b'', self.client_address[1]))
+        if self.path == '/metrics':             # the gateway's Prometheus text (its exporter answers HTTP/1.0 too)
+            out = METRICS_TEXT.encode('utf-8')
+            self.send_response(200)
+            self.send_header('Content-Type', 'text/plain; version=0.0.4')
+            self.send_header('Content-Length', str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         self._json({'object': 'list', 'data': [{'id': 'glm-5.3-flash'}], 'path': self.path})
 
     def _odd(self, kind):
@@ -602,3 +611,21 @@ def test_an_answer_that_ends_before_its_exchange_runs_again_stays_pooled_when_it
     assert len(front.pool) == 1 and not front.pool[0].transport.is_closing()
     assert ask(front, 'POST', '/v1/chat/completions', CHAT)[0] == 200
     assert len(Gateway.seen) == 2 and Gateway.seen[0][4] == Gateway.seen[1][4]
+
+
+def test_the_gateways_metrics_are_the_operators_alone(door, gateway):
+    """Item 7 of issue 37: the gateway's metrics (the replicas' addresses, the requests each served) on the node's
+    loopback, through the door for the operator's key (the team default, KEY_A) only; nothing without it, nor for
+    another team; nothing while the port is not the gateway's."""
+    front = door()
+    assert ask(front, 'GET', '/metrics')[0] == 403                    # no metrics port: not a route of the door
+    front.metrics_port = gateway.server_address[1]
+    status, text, response = ask(front, 'GET', '/metrics')
+    assert status == 200 and text == METRICS_TEXT and response.getheader('Content-Type').startswith('text/plain')
+    assert 'Bearer' not in json.dumps(Gateway.seen[-1][2])             # no key goes to the metrics port
+    assert ask(front, 'GET', '/metrics', key=KEY_B)[0] == 403          # another team
+    assert ask(front, 'GET', '/metrics', key=None)[0] == 401
+    assert ask(front, 'POST', '/metrics', {'x': 1})[0] == 403
+    front.gateway_pid = 1                                              # the port held by another process
+    front._ours = (-1.0, False)                                        # pylint: disable=protected-access
+    assert ask(front, 'GET', '/metrics')[0] == 503

@@ -100,3 +100,21 @@ def test_the_routers_answers_by_status_from_its_metrics():
             'smg_http_responses_total{path="/v1/chat/completions",status_code="429"} 4\n')
     assert deployment.router_answers(text) == {'total': 1715, 'failed': 2}
     assert deployment.router_answers('smg_worker_health{worker="x"} 1\n') is None and deployment.router_answers(None) is None
+
+
+def test_the_routers_metrics_through_its_door_when_its_port_is_on_the_loopback(tmp_path, monkeypatch):
+    """router_proxy=glm (issue 37 item 7): the gateway's metrics port is on its node's loopback, so nothing answers on
+    the node's address; the router's door serves them to the operator's key (the router's probe: its key, its port)."""
+    from ansible_collections.glm.serve.plugins.module_utils import layout as lay
+    asked = []
+
+    def opener(host, port, path, headers, timeout):
+        asked.append((host, port, path, headers.get('Authorization')))
+        return 200, b'smg_worker_cb_outcomes_total{worker="http://node1:30000",outcome="success"} 7\n'
+    monkeypatch.setattr(deployment, 'http_status', lambda *a, **k: (None, None))     # the metrics port: no answer
+    door = mp.ModelProbe(30000, '/v1/models', 'k' * 48, 'glm-5.3-flash', opener=opener)
+    view = deployment.View(None, lay.Layout(str(tmp_path)), {'router_metrics_port': 29000})
+    router = {'job_id': '7', 'state': 'RUNNING', 'nodes': 'node3'}
+    got = view.router_view(router, [], 0, door)
+    assert got['requests_served'] == {'http://node1:30000': '7'} and asked == [('node3', 30000, '/metrics', 'Bearer ' + 'k' * 48)]
+    assert view.router_view(router, [], 0, None)['requests_served'] == {}          # no probe: not asked

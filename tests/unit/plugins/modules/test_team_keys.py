@@ -277,7 +277,8 @@ def test_without_hard_links_the_key_is_renamed_into_place(run_module, paths, mon
     (dict(teams=[dict(name='a' * 64)]), ['not a team name', 'at most 63']),
     (dict(teams=[dict(name='a/b')]), ["'a/b'", 'not a team name']),
     (dict(teams=[dict(name='x'), dict(name='x')]), ["'x'", 'listed twice']),
-    (dict(teams=[dict(name='default')]), ["'default'", 'reserved', 'service key']),
+    (dict(teams=[dict(name='default'), dict(name='default', rpm=5)]), ["'default'", 'listed twice']),
+    (dict(teams=[dict(name='default', max_parallel=0)]), ['max_parallel', "'default'", 'positive']),
     (dict(teams=[dict(name='x', rpm=0)]), ['rpm', "'x'", 'positive']),
     (dict(teams=[dict(name='x', tpm=-5)]), ['tpm', "'x'", 'positive']),
     (dict(teams=[dict(name='x', max_parallel=0)]), ['max_parallel', 'positive']),
@@ -457,3 +458,17 @@ def test_the_replicas_key_refused_where_a_client_would_hold_it(run_module, paths
     assert not mended['failed'] and key_of(args['replica_key_file']) != SERVICE_KEY, mended
     alone = run(run_module, paths, TEAMS, replica_key_rotate=True)
     assert alone['failed'] and 'replica_key_rotate is true but no replica_key_file' in alone['msg'], alone
+
+
+def test_a_default_entry_sets_the_limits_of_the_service_key(run_module, paths):
+    """The operator's key is an ordinary team (issue 37 item 2): a default entry of teams gives it limits; its key
+    stays the service key's, no key file is made for it, and it cannot be rotated here."""
+    result = run(run_module, paths, [dict(name='default', rpm=60, max_parallel=8), dict(name='search')])
+    assert not result['failed'], result
+    assert result['teams'][0] == dict(name='default', path=paths['service_key_file'], created=False, rotated=False,
+                                      rpm=60, tpm=None, max_parallel=8)
+    assert [t['name'] for t in result['teams']] == ['default', 'search']
+    assert registry(paths)['teams']['default'] == {'sha256': sha(SERVICE_KEY), 'rpm': 60, 'tpm': None, 'max_parallel': 8}
+    assert sorted(os.listdir(paths['keys_dir'])) == ['search']
+    again = run(run_module, paths, [dict(name='search')])                  # the entry gone: no limits again
+    assert again['registry_changed'] and registry(paths)['teams']['default']['rpm'] is None and again['revoked'] == []
