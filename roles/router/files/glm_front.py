@@ -378,7 +378,7 @@ class FrontDoor(glm_hold.Hold):  # pylint: disable=too-many-instance-attributes
         try:
             # HTTP/1.0: the whole answer, then the end of the connection (no chunked framing to read)
             writer.write(b'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n')
-            data = await asyncio.wait_for(reader.read(METRICS_MOST + 65536), 10.0)
+            data = b''
             while len(data) <= METRICS_MOST:
                 more = await asyncio.wait_for(reader.read(65536), 10.0)
                 if not more:

@@ -56,20 +56,16 @@ class Refused(Exception):
 
 def response(status, reason, body, retry_after=None, keep_alive=False):
     """The bytes of a whole HTTP/1.1 answer with a JSON BODY."""
-    data = json.dumps(body).encode('utf-8')
-    head = ['HTTP/1.1 %d %s' % (status, reason), 'Content-Type: application/json', 'Content-Length: %d' % len(data)]
+    return text_response(json.dumps(body).encode('utf-8'), 'application/json', keep_alive, status, reason, retry_after)
+
+
+def text_response(data, content_type, keep_alive=False, status=200, reason='OK', retry_after=None):
+    """The bytes of a whole HTTP/1.1 answer with the body DATA (bytes) of CONTENT_TYPE."""
+    head = ['HTTP/1.1 %d %s' % (status, reason), 'Content-Type: %s' % content_type, 'Content-Length: %d' % len(data)]
     if not keep_alive:
         head.append('Connection: close')
     if retry_after is not None:
         head.append('Retry-After: %d' % max(1, int(retry_after + 0.999)))
-    return ('\r\n'.join(head) + '\r\n\r\n').encode('ascii') + data
-
-
-def text_response(data, content_type, keep_alive=False):
-    """The bytes of a whole HTTP/1.1 200 answer with the body DATA (bytes) of CONTENT_TYPE."""
-    head = ['HTTP/1.1 200 OK', 'Content-Type: %s' % content_type, 'Content-Length: %d' % len(data)]
-    if not keep_alive:
-        head.append('Connection: close')
     return ('\r\n'.join(head) + '\r\n\r\n').encode('ascii') + data
 
 
